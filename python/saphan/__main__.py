@@ -1,0 +1,3 @@
+from saphan.entry import main
+
+main()

@@ -1,0 +1,70 @@
+"""Type stubs for saphan._native, the PyO3 module over rust/core.
+
+Private: saphan's public API is Python. Hand-written; keep in step with
+rust/pyext/src/lib.rs (the module's registry of exports).
+"""
+
+from typing import TypedDict
+
+class KeyCustodyError(Exception):
+    """A key file failed custody: symlink, not a regular file, not owned by
+    the caller, group/other access, or not exactly the expected length."""
+
+class _CustodyViolation(TypedDict):
+    """What ``check_binary_custody`` returns when a clause fails.
+
+    Not a runtime class: the function returns a plain ``dict``.
+    """
+
+    clause: int  # 1..4, as in SPEC.md §7
+    path: str  # the real path that was stat'ed
+    symlink_from: str | None  # the path as given, when it went through a symlink
+    owner_uid: int
+    group_gid: int
+    mode: int  # permission bits, st_mode & 0o7777
+    parent: str
+    parent_owner_uid: int
+    parent_group_gid: int
+    parent_mode: int
+    caller_euid: int
+    caller_groups: list[int]  # sorted, egid included
+    message: str
+    remediation: str
+    not_asserted: str
+
+def landlock_abi() -> tuple[int, str]:
+    """``(level, reason)`` for the running kernel: level 0 unless reason is
+    ``"supported"``; reason is ``"supported"``, ``"enosys"``, ``"eopnotsupp"``
+    or ``"errno-N"`` (e.g. a seccomp filter answering EPERM)."""
+
+def landlock_floor() -> int:
+    """The lowest Landlock ABI saphan confines with (3)."""
+
+def landlock_highest_known() -> int:
+    """The highest Landlock ABI this build handles; a recorded level above it
+    is refused as ``landlock-level-unknown``."""
+
+def sha256_file(path: str) -> str:
+    """SHA-256 of a file, 64 lowercase hex digits. Raises OSError."""
+
+def check_binary_custody(path: str) -> _CustodyViolation | None:
+    """``None`` when the four custody clauses hold for this process's euid
+    and groups; otherwise the failed clause. Raises OSError when the file or
+    its parent cannot be stat'ed."""
+
+def check_binary_custody_as(path: str, euid: int, groups: list[int]) -> _CustodyViolation | None:
+    """As :func:`check_binary_custody`, for an explicit caller."""
+
+def read_key_file(path: str, length: int) -> bytes:
+    """Reads a key file after its custody checks (O_NOFOLLOW, fstat on the
+    descriptor, regular file, owned by the euid, no group/other bits, exactly
+    ``length`` bytes — all before a byte is read). Raises KeyCustodyError on a
+    custody failure, OSError (e.g. FileNotFoundError) on plain I/O errors."""
+
+def parse_policy(json: str) -> str:
+    """Parses a launcher policy with saphan-launcher's own parser and returns
+    its canonical JSON. Raises ValueError with the parser's message (which
+    names the offending field or key)."""
+
+def version() -> str:
+    """The Rust workspace version (the launcher's too)."""

@@ -1,0 +1,94 @@
+"""Reserve one of a slot's ordinals, with bounded conflict handling.
+
+1. try the ordinals 0..N-1 (store.reserve: one INSERT … ON CONFLICT each);
+2. all taken: read the blocking live runs and test each holder's liveness;
+3. finalise each genuinely dead holder individually, by run id;
+4. retry once;
+5. otherwise refuse ``seat-full``, naming both numbers and the holders.
+
+Nothing here waits: there is no loop beyond the one retry.
+"""
+
+from __future__ import annotations
+
+import json
+
+from saphan.liveness import Holder, Liveness, check
+from saphan.refusals import Refusal
+from saphan.store import Store
+from saphan.store.rows import RunRow, Slot
+
+
+def holder_of(run: RunRow) -> Holder:
+    return Holder(
+        run.holder_host or "?", run.holder_pid or -1, run.holder_start_ticks, run.holder_boot_id
+    )
+
+
+def holder_liveness(run: RunRow) -> Liveness:
+    return check(holder_of(run))
+
+
+def recover_dead_holders(store: Store, slot: Slot) -> list[tuple[RunRow, Liveness]]:
+    """Test every live run on the slot; finalise the dead ones by id.
+
+    Returns the runs still holding, with their liveness ("alive" or "unknown").
+    """
+    holding: list[tuple[RunRow, Liveness]] = []
+    for run in store.live_runs(slot.machine, slot.name):
+        life = holder_liveness(run)
+        if life.state == "dead":
+            record = run.record()
+            record.setdefault("notes", []).append(
+                f"finalised by conflict handling: holder dead ({life.evidence})"
+            )
+            record["outcome"] = "holder-dead"
+            store.finalize(
+                run.id,
+                state="ended",
+                outcome="holder-dead",
+                record_json=json.dumps(record, sort_keys=True),
+            )
+        else:
+            holding.append((run, life))
+    return holding
+
+
+def reserve_seat(
+    store: Store, slot: Slot, *, run_id: str, tool: str, workdir: str | None, holder: Holder
+) -> int:
+    """The ordinal this run holds, or the ``seat-full`` refusal."""
+    args = dict(
+        run_id=run_id, machine=slot.machine, slot=slot.name, capacity=slot.capacity,
+        tool=tool, workdir=workdir, holder=holder.as_tuple(),
+    )
+    ordinal = store.reserve(**args)  # type: ignore[arg-type]
+    if ordinal is not None:
+        return ordinal
+    recover_dead_holders(store, slot)
+    ordinal = store.reserve(**args)  # type: ignore[arg-type]
+    if ordinal is not None:
+        return ordinal
+    # Read again for the message: what holds the seat now.
+    holding = [(r, holder_liveness(r)) for r in store.live_runs(slot.machine, slot.name)]
+    raise Refusal(
+        "seat-full",
+        seat_full_message(slot, holding),
+        f"wait for a holder to finish, raise the capacity with `saphan slot set "
+        f"{slot.machine} {slot.name} --max-sessions N`, or end a stuck run with "
+        "`saphan runs finalize ID`",
+    )
+
+
+def seat_full_message(slot: Slot, holding: list[tuple[RunRow, Liveness]]) -> str:
+    parts = []
+    for run, life in holding:
+        desc = f"run {run.id} (pid {run.holder_pid} on {run.holder_host} since {run.started_at}"
+        if life.state == "unknown":
+            desc += f"; liveness unknown: {life.evidence}, counted as alive"
+        parts.append(desc + ")")
+    return (
+        f"slot {slot.name} on {slot.machine} carries {len(holding)} "
+        f"run{'s' if len(holding) != 1 else ''} and may carry {slot.capacity}; "
+        f"holding: {', '.join(parts) if parts else 'none (freed since; retry)'}"
+    )

@@ -1,0 +1,430 @@
+"""The `saphan` command line: a thin layer over saphan.Engine.
+
+Exit codes: 0 done; 1 the run's command failed or an environment error;
+2 bad input (one line naming the thing and the fix; nothing written);
+3 a refusal (``refused [class]: …`` / ``fix: …``). Heavy modules (the engine,
+the store drivers, paramiko) are imported inside the verbs, never here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+
+if TYPE_CHECKING:
+    from saphan.engine import Engine
+
+EXIT_FAILED = 1
+
+
+def _engine(ctx: click.Context) -> Engine:
+    from saphan.engine import Engine
+
+    obj = ctx.find_root().obj
+    if obj.get("engine") is None:
+        obj["engine"] = Engine(obj.get("home"))
+    engine: Engine = obj["engine"]
+    return engine
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True))
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> None:
+    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h)
+              for i, h in enumerate(headers)]
+    click.echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for r in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from saphan import __version__, launcher
+
+    click.echo(f"saphan {__version__}")
+    ident = launcher.identity()
+    if ident is None:
+        click.echo("saphan-launcher: not found (run ci/setup, or set SAPHAN_LAUNCHER)")
+    else:
+        click.echo(f"saphan-launcher {ident.version} sha256:{ident.sha256} ({ident.path})")
+    ctx.exit(0)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--home", envvar="SAPHAN_HOME", type=click.Path(file_okay=False), default=None,
+    help="Workspace directory (default: $SAPHAN_HOME, else ~/.saphan).",
+)
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version, help="Show saphan's and the launcher's version and SHA-256.")
+@click.pass_context
+def cli(ctx: click.Context, home: str | None) -> None:
+    """saphan runs coding agents inside an operating-system write boundary and
+    records what enforced it.
+
+    \b
+    Quick start (local machine, generic command):
+      saphan init
+      saphan machine add here --local
+      saphan slot add here s1 --tool command --max-sessions 2
+      saphan run --machine here --slot s1 --workdir ./wd -- sh -c 'echo hi > out.txt'
+      saphan runs show last
+
+    A run that cannot be confined does not happen: it is refused by name
+    (exit 3) and the refusal is recorded. See docs/ for what each boundary
+    gives and does not give.
+    """
+    ctx.obj = {"home": home, "engine": None}
+
+
+# -- workspace ------------------------------------------------------------------
+
+@cli.command()
+@click.option("--database-url", default=None, metavar="URL",
+              help='Store: "sqlite" (default, in the workspace) or postgresql://… (shared).')
+@click.pass_context
+def init(ctx: click.Context, database_url: str | None) -> None:
+    """Create the workspace: config.toml, the record key (0600) and the database.
+
+    Never overwrites anything; a second init says so and changes nothing.
+    """
+    engine = _engine(ctx)
+    created = engine.init(database_url=database_url)
+    if created:
+        for path in created:
+            click.echo(f"created {path}")
+        click.echo(f"workspace ready at {engine.workspace.home} (store: {engine.store.description})")
+    else:
+        click.echo(f"workspace {engine.workspace.home} already exists; nothing changed")
+
+
+@cli.group()
+def db() -> None:
+    """The store's schema."""
+
+
+@db.command("migrate")
+@click.pass_context
+def db_migrate(ctx: click.Context) -> None:
+    """Apply pending schema migrations (also done automatically on first use)."""
+    engine = _engine(ctx)
+    applied = engine.migrate()
+    from saphan.store.migrations import LATEST
+
+    if applied:
+        click.echo(f"applied migrations {', '.join(map(str, applied))}; schema at version {LATEST}")
+    else:
+        click.echo(f"schema at version {LATEST}; nothing to apply ({engine.store.description})")
+
+
+# -- machines -------------------------------------------------------------------
+
+@cli.group()
+def machine() -> None:
+    """Machines that run agents: this host (--local) or reached over SSH."""
+
+
+@machine.command("add")
+@click.argument("name")
+@click.option("--local", "local", is_flag=True, help="This host.")
+@click.option("--ssh", metavar="USER@HOST[:PORT]", default=None, help="Reach the machine over SSH.")
+@click.option("--identity", type=click.Path(dir_okay=False), default=None,
+              help="Private key for --ssh.")
+@click.pass_context
+def machine_add(
+    ctx: click.Context, name: str, local: bool, ssh: str | None, identity: str | None
+) -> None:
+    """Register a machine."""
+    m = _engine(ctx).add_machine(name, local=local, ssh=ssh, identity=identity)
+    click.echo(f"added machine {m.name} ({m.address()})")
+
+
+@machine.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def machine_list(ctx: click.Context, as_json: bool) -> None:
+    """List machines."""
+    ms = _engine(ctx).machines()
+    if as_json:
+        _emit_json([m.as_dict() for m in ms])
+        return
+    _table(["name", "transport", "address", "added"],
+           [[m.name, m.transport, m.address(), m.created_at] for m in ms])
+
+
+@machine.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def machine_show(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Show a machine, its slots and its measured (signed) facts."""
+    engine = _engine(ctx)
+    m = engine.machine(name)
+    value = {
+        **m.as_dict(),
+        "slots": [s.as_dict() for s in engine.slots(name)],
+        "facts": engine.machine_facts(name),
+    }
+    if as_json:
+        _emit_json(value)
+        return
+    for k in ("name", "transport", "address", "identity_file", "host_key", "created_at"):
+        if value.get(k) is not None:
+            click.echo(f"{k}: {value[k]}")
+    click.echo("slots:" if value["slots"] else "slots: none")
+    for s in value["slots"]:
+        click.echo(f"  {s['slot']}  tool={s['tool']}  max_sessions={s['max_sessions']}")
+    click.echo("facts:" if value["facts"] else "facts: none measured")
+    for kind, fact in value["facts"].items():
+        click.echo(f"  {kind}: {json.dumps(fact['value'], sort_keys=True)} "
+                   f"(measured {fact['measured_at']})")
+
+
+@machine.command("remove")
+@click.argument("name")
+@click.pass_context
+def machine_remove(ctx: click.Context, name: str) -> None:
+    """Remove a machine, its slots and facts (run history is kept)."""
+    _engine(ctx).remove_machine(name)
+    click.echo(f"removed machine {name}")
+
+
+# -- slots ----------------------------------------------------------------------
+
+@cli.group()
+def slot() -> None:
+    """Slots: named capacity on a machine, for one tool."""
+
+
+@slot.command("add")
+@click.argument("machine_name", metavar="MACHINE")
+@click.argument("slot_name", metavar="SLOT")
+@click.option("--tool", required=True, type=click.Choice(["command", "claude", "codex", "loop"]),
+              help="The agent tool this slot runs.")
+@click.option("--max-sessions", type=int, default=None,
+              help="Concurrent runs allowed (default: exactly one).")
+@click.pass_context
+def slot_add(
+    ctx: click.Context, machine_name: str, slot_name: str, tool: str, max_sessions: int | None
+) -> None:
+    """Add a slot to a machine."""
+    s = _engine(ctx).add_slot(machine_name, slot_name, tool=tool, max_sessions=max_sessions)
+    click.echo(f"added slot {s.name} on {s.machine} (tool {s.tool}, capacity {s.capacity})")
+
+
+@slot.command("list")
+@click.argument("machine_name", metavar="[MACHINE]", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def slot_list(ctx: click.Context, machine_name: str | None, as_json: bool) -> None:
+    """List slots (of one machine, or all)."""
+    ss = _engine(ctx).slots(machine_name)
+    if as_json:
+        _emit_json([s.as_dict() for s in ss])
+        return
+    _table(["machine", "slot", "tool", "max_sessions"],
+           [[s.machine, s.name, s.tool, s.max_sessions or "1 (default)"] for s in ss])
+
+
+@slot.command("show")
+@click.argument("machine_name", metavar="MACHINE")
+@click.argument("slot_name", metavar="SLOT")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def slot_show(ctx: click.Context, machine_name: str, slot_name: str, as_json: bool) -> None:
+    """Show a slot and who holds each of its ordinals, with liveness."""
+    engine = _engine(ctx)
+    s = engine.slot(machine_name, slot_name)
+    holders = engine.holders(machine_name, slot_name)
+    if as_json:
+        _emit_json({**s.as_dict(), "capacity": s.capacity, "holders": holders})
+        return
+    click.echo(f"slot {s.name} on {s.machine}: tool {s.tool}, capacity {s.capacity}, "
+               f"{len(holders)} live")
+    _table(["ordinal", "run", "pid", "host", "since", "liveness"],
+           [[h["ordinal"], h["run"], h["pid"], h["host"], h["since"], h["liveness"]]
+            for h in holders])
+
+
+@slot.command("set")
+@click.argument("machine_name", metavar="MACHINE")
+@click.argument("slot_name", metavar="SLOT")
+@click.option("--max-sessions", type=int, required=True,
+              help="New capacity. Lowering never evicts a live run.")
+@click.pass_context
+def slot_set(ctx: click.Context, machine_name: str, slot_name: str, max_sessions: int) -> None:
+    """Change a slot's capacity."""
+    s = _engine(ctx).set_max_sessions(machine_name, slot_name, max_sessions)
+    click.echo(f"slot {s.name} on {s.machine} now has capacity {s.capacity}")
+
+
+# -- runs -----------------------------------------------------------------------
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--machine", "machine_name", required=True, help="Machine to run on.")
+@click.option("--slot", "slot_name", required=True, help="Slot on that machine.")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Working directory (default: the current one). The only tree the run may write.")
+@click.option("--json", "as_json", is_flag=True, help="Print the final record as JSON.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_context
+def run(
+    ctx: click.Context, machine_name: str, slot_name: str, workdir: str | None, as_json: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND inside the write boundary: saphan run --machine M --slot S -- CMD ARGS…
+
+    The run's output streams here and to $SAPHAN_HOME/runs/<id>/. Exit status:
+    0 when the command exited 0, 1 when it failed, 3 when refused.
+    """
+    engine = _engine(ctx)
+    record = engine.run(machine_name, slot_name, list(command), workdir=workdir,
+                        stream=not as_json)
+    if as_json:
+        click.echo(record.to_json())
+    else:
+        enforced = record.enforced_by or {}
+        click.echo(
+            f"run {record.id} {record.outcome} (exit {record.exit_code}); enforced by "
+            f"{enforced.get('mechanism')} {enforced.get('version')}; "
+            f"record: saphan runs show {record.id}", err=True,
+        )
+    if record.exit_code != 0:
+        ctx.exit(EXIT_FAILED)
+
+
+@cli.group()
+def runs() -> None:
+    """Run records."""
+
+
+@runs.command("list")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def runs_list(ctx: click.Context, limit: int, as_json: bool) -> None:
+    """List recent runs, newest first."""
+    records = _engine(ctx).runs(limit)
+    if as_json:
+        _emit_json([r.data for r in records])
+        return
+    rows = []
+    for r in records:
+        d = r.data
+        enforced = (d.get("enforced_by") or {}).get("mechanism", "-")
+        rows.append([d["id"], d["machine"], d["slot"], d.get("session_ordinal"), d["started_at"],
+                     d.get("outcome") or d.get("state"),
+                     d.get("exit_code") if d.get("exit_code") is not None
+                     else (d.get("refusal") or {}).get("class", ""), enforced])
+    _table(["id", "machine", "slot", "ord", "started", "outcome", "exit/class", "enforced"], rows)
+
+
+@runs.command("show")
+@click.argument("run_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Show one run's record (ID, a unique prefix, or `last`)."""
+    record = _engine(ctx).run_record(run_id)
+    if as_json:
+        click.echo(record.to_json())
+        return
+    d = record.data
+    enforced = d.get("enforced_by")
+    click.echo(f"run:         {d['id']}")
+    click.echo(f"machine:     {d['machine']}  slot: {d['slot']}  ordinal: {d.get('session_ordinal')}")
+    click.echo(f"tool:        {d.get('tool')}  argv: {json.dumps(d.get('argv'))}")
+    click.echo(f"workdir:     {d.get('workdir')}")
+    if enforced:
+        click.echo(f"enforced_by: {enforced['mechanism']} {enforced['version']} "
+                   f"({enforced['executable']} sha256:{enforced['executable_sha256']})")
+    else:
+        click.echo("enforced_by: nothing (the run did not start)")
+    for path in d.get("writable") or []:
+        click.echo(f"writable:    {path}")
+    for path in (d.get("policy") or {}).get("read_denials", []):
+        click.echo(f"unreadable:  {path}")
+    click.echo(f"started:     {d.get('started_at')}")
+    click.echo(f"finished:    {d.get('finished_at')}")
+    click.echo(f"outcome:     {d.get('outcome')}  exit: {d.get('exit_code')}")
+    if d.get("refusal"):
+        click.echo(f"refusal:     [{d['refusal']['class']}] {d['refusal']['message']}")
+    for note in d.get("notes") or []:
+        click.echo(f"note:        {note}")
+
+
+@runs.command("finalize")
+@click.argument("run_id", metavar="ID")
+@click.option("--reason", default="operator request", show_default=True,
+              help="Recorded on the run.")
+@click.pass_context
+def runs_finalize(ctx: click.Context, run_id: str, reason: str) -> None:
+    """End a live run's row by hand (recorded). Use when a holder is stuck."""
+    record = _engine(ctx).finalize(run_id, reason=reason)
+    click.echo(f"finalised run {record.id} (outcome {record.outcome})")
+
+
+# -- launcher -------------------------------------------------------------------
+
+@cli.group()
+def launcher() -> None:
+    """saphan-launcher, the static binary that applies Landlock on runners."""
+
+
+@launcher.command("path")
+def launcher_path() -> None:
+    """Print where saphan-launcher is."""
+    from saphan import launcher as lmod
+
+    p = lmod.path()
+    if p is None:
+        raise click.ClickException("saphan-launcher not found; run ci/setup (it builds and "
+                                   "packages it) or set SAPHAN_LAUNCHER")
+    click.echo(p)
+
+
+def _fail(code: int, text: str) -> NoReturn:
+    click.echo(text, err=True)
+    sys.exit(code)
+
+
+def main() -> None:
+    from saphan.errors import EXIT_CODE as USER_EXIT
+    from saphan.errors import UserError
+    from saphan.refusals import EXIT_CODE as REFUSAL_EXIT
+    from saphan.refusals import Refusal
+
+    try:
+        # standalone_mode=False: click returns ctx.exit()'s code instead of exiting.
+        code = cli.main(prog_name="saphan", standalone_mode=False)
+        if isinstance(code, int) and code != 0:
+            sys.exit(code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        _fail(130, "aborted")
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2 if isinstance(e, click.UsageError) else e.exit_code)
+    except Refusal as r:
+        _fail(REFUSAL_EXIT, r.render() + (f"\nrun: {r.run_id}" if r.run_id else ""))
+    except UserError as e:
+        _fail(USER_EXIT, f"error: {e}")
+    except KeyboardInterrupt:
+        _fail(130, "interrupted")
+    except Exception as e:
+        from saphan.store import StoreError
+        from saphan.transport.local import Interrupted
+
+        if isinstance(e, StoreError):
+            _fail(EXIT_FAILED, f"error: store: {e}")
+        if isinstance(e, Interrupted):
+            _fail(128 + e.signum, f"saphan: {e}; the run was finalised")
+        raise

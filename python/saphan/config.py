@@ -1,0 +1,97 @@
+"""The workspace's config.toml: a closed schema, validated on load.
+
+Known keys are listed in :data:`SCHEMA`; any other key is an error naming it.
+``run.confinement`` is NOT validated here: a bad value must surface as the
+refusal ``confinement-setting-invalid`` on the next run of any shape, before
+any other branch of that run (see :func:`confinement_mode`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from saphan.errors import UserError
+from saphan.refusals import Refusal
+
+CONFINEMENT_MODES = ("engine", "vendor")
+
+#: section -> {key: python type}
+SCHEMA: dict[str, dict[str, type]] = {
+    "run": {"confinement": str},
+    "database": {"url": str},
+}
+
+DEFAULT_TEXT = """\
+# saphan workspace configuration. Unknown keys are refused.
+
+[run]
+# Who confines agent tools: "engine" (saphan composes the OS boundary) or
+# "vendor" (the agent tool's own sandbox; the record then says the engine
+# makes no claim the agent is confined). Any other value refuses every run.
+confinement = "engine"
+
+[database]
+# "sqlite" keeps the store in this workspace (saphan.db); several operators
+# share a PostgreSQL store: "postgresql://user@host:port/dbname".
+url = "sqlite"
+"""
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    confinement: str
+    database_url: str
+
+
+def load(path: Path) -> Config:
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"no config at {path}; run `saphan init` first") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path} is not valid TOML ({e}); fix the file") from None
+    for section, body in data.items():
+        if section not in SCHEMA:
+            raise UserError(
+                f"{path}: unknown section [{section}]; known sections: {', '.join(SCHEMA)}"
+            )
+        if not isinstance(body, dict):
+            raise UserError(f"{path}: `{section}` must be a table")
+        for key, value in body.items():
+            known = SCHEMA[section]
+            if key not in known:
+                raise UserError(
+                    f"{path}: unknown key {section}.{key}; known keys in [{section}]: "
+                    f"{', '.join(known)}"
+                )
+            if not isinstance(value, known[key]):
+                raise UserError(
+                    f"{path}: {section}.{key} must be a {known[key].__name__}, "
+                    f"got {type(value).__name__}"
+                )
+    run = data.get("run", {})
+    db = data.get("database", {})
+    url = db.get("url", "sqlite")
+    if not (url == "sqlite" or url.startswith(("sqlite:///", "postgresql://", "postgres://"))):
+        raise UserError(
+            f"{path}: database.url {url!r} is neither \"sqlite\", \"sqlite:///PATH\" "
+            "nor a postgresql:// URL"
+        )
+    return Config(path=path, confinement=run.get("confinement", "engine"), database_url=url)
+
+
+def confinement_mode(config: Config) -> str:
+    """run.confinement, or the refusal. Every run calls this first."""
+    if config.confinement not in CONFINEMENT_MODES:
+        raise Refusal(
+            "confinement-setting-invalid",
+            f"run.confinement is {config.confinement!r} in {config.path}; "
+            "it accepts exactly \"engine\" or \"vendor\"",
+            f'edit {config.path}: set confinement = "engine" under [run] '
+            '(or "vendor" to hand confinement to the agent tool, on the record)',
+        )
+    return config.confinement

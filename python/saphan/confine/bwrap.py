@@ -1,0 +1,46 @@
+"""Policy -> bubblewrap argv (the Linux control-plane boundary).
+
+Order is the security property, and bubblewrap applies its arguments in order:
+1. ``--ro-bind / /``: everything read-only (recursively, submounts too);
+2. ``--bind D D`` for each writable directory and literal;
+3. ``--ro-bind D D`` for read-only carve-outs inside a writable directory;
+4. read denials LAST (``--ro-bind /dev/null FILE``, ``--tmpfs DIR`` then
+   ``--remount-ro DIR``): a later bind at the same path would override an
+   earlier denial, so a denial must be the last word about its path.
+Capabilities are dropped so root inside cannot remount its way out; no PID
+namespace (the design keeps /proc shared), the session is new (no TIOCSTI
+into the operator's terminal) and the jail dies with its parent.
+"""
+
+from __future__ import annotations
+
+import os
+
+from saphan.confine.policy import Policy
+
+
+def render(policy: Policy, bwrap: str = "bwrap") -> list[str]:
+    argv = [bwrap, "--ro-bind", "/", "/"]
+    for d in policy.writable_dirs:
+        argv += ["--bind", d, d]
+    for lit in policy.writable_literals:
+        # The ro-bind of / is nodev: a device is usable only when bound again
+        # with --dev-bind (absent devices, e.g. no /dev/tty, are skipped).
+        argv += ["--dev-bind-try" if lit.startswith("/dev/") else "--bind", lit, lit]
+    for d in policy.readonly_dirs:
+        argv += ["--ro-bind", d, d]
+    for path in policy.read_denials:
+        if os.path.isdir(path):
+            argv += ["--tmpfs", path, "--remount-ro", path]
+        else:
+            argv += ["--ro-bind", "/dev/null", path]
+    argv += [
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop", "ALL",
+        "--chdir", policy.workdir,
+    ]
+    if policy.scratch_dir:
+        argv += ["--setenv", "TMPDIR", policy.scratch_dir]
+    argv.append("--")
+    return argv

@@ -1,0 +1,129 @@
+"""Pick the mechanism that enforces a Policy on this control-plane host.
+
+Fail closed: no bubblewrap on Linux, no sandbox-exec on macOS, or any other
+operating system is the refusal ``confinement-unavailable`` — never a warning
+followed by an unconfined run. On Linux the chosen bubblewrap is also tried
+once (``bwrap --ro-bind / / -- true``) so a host whose kernel forbids the
+namespaces it needs is refused here, not discovered half-way through a run.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any
+
+from saphan.confine import bwrap, seatbelt
+from saphan.confine.policy import Policy
+from saphan.refusals import Refusal
+
+
+@dataclass(frozen=True)
+class Boundary:
+    mechanism: str  # "bubblewrap" | "seatbelt"
+    version: str
+    executable: str
+    executable_sha256: str
+    prefix: list[str]
+    policy: Policy
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.mechanism,
+            "version": self.version,
+            "executable": self.executable,
+            "executable_sha256": self.executable_sha256,
+            **self.extra,
+        }
+
+
+def compose_local(policy: Policy, *, run_dir: str) -> Boundary:
+    system = platform.system()
+    if system == "Linux":
+        return _bubblewrap(policy)
+    if system == "Darwin":
+        return _seatbelt(policy, run_dir)
+    raise Refusal(
+        "confinement-unavailable",
+        f"this control plane runs on {system or 'an unrecognised OS'}, where saphan "
+        "has no write boundary",
+        "run saphan's control plane on Linux (bubblewrap) or macOS (Seatbelt)",
+    )
+
+
+def find_bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+def _bubblewrap(policy: Policy) -> Boundary:
+    from saphan import _native
+
+    exe = find_bwrap()
+    if exe is None:
+        raise Refusal(
+            "confinement-unavailable",
+            "bubblewrap (bwrap) is not installed on this control plane, so no write "
+            f"boundary can be composed (PATH={os.environ.get('PATH', '')})",
+            "install it: `apt-get install bubblewrap` (Debian/Ubuntu) or "
+            "`dnf install bubblewrap` (Fedora/RHEL)",
+        )
+    exe = os.path.realpath(exe)
+    try:
+        version = subprocess.run(
+            [exe, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout.strip()
+        trial = subprocess.run(
+            [exe, "--ro-bind", "/", "/", "--cap-drop", "ALL", "--", "true"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise Refusal(
+            "confinement-unavailable",
+            f"{exe} could not be started: {e}",
+            "reinstall bubblewrap and check that `bwrap --ro-bind / / -- true` succeeds",
+        ) from None
+    if trial.returncode != 0:
+        raise Refusal(
+            "confinement-unavailable",
+            f"{exe} cannot create a sandbox on this host: {trial.stderr.strip()}",
+            "enable unprivileged user namespaces (`sysctl kernel.unprivileged_userns_clone=1`, "
+            "or on Ubuntu allow bwrap in AppArmor), then check that "
+            "`bwrap --ro-bind / / -- true` succeeds",
+        )
+    return Boundary(
+        mechanism="bubblewrap",
+        version=version.removeprefix("bubblewrap ").strip() or "unknown",
+        executable=exe,
+        executable_sha256=_native.sha256_file(exe),
+        prefix=bwrap.render(policy, exe),
+        policy=policy,
+    )
+
+
+def _seatbelt(policy: Policy, run_dir: str) -> Boundary:
+    from saphan import _native
+
+    exe = "/usr/bin/sandbox-exec"
+    if not os.path.exists(exe):
+        raise Refusal(
+            "confinement-unavailable",
+            f"{exe} is missing on this macOS host",
+            "restore the system's sandbox-exec (it ships with macOS); saphan never runs "
+            "an agent unconfined",
+        )
+    profile_path = os.path.join(run_dir, "seatbelt.sb")
+    with open(profile_path, "w") as f:
+        f.write(seatbelt.render(policy))
+    return Boundary(
+        mechanism="seatbelt",
+        version=platform.mac_ver()[0] or "unknown",
+        executable=exe,
+        executable_sha256=_native.sha256_file(exe),
+        prefix=seatbelt.argv(policy, profile_path),
+        policy=policy,
+        extra={"profile": profile_path},
+    )

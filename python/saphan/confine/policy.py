@@ -1,0 +1,46 @@
+"""The write policy of one run: a single value every renderer reads.
+
+Renderers never decide grants; they only express this value. Paths are
+absolute and already resolved (symbolic links followed) when a Policy is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: device files every run may write (SPEC.md §2)
+DEVICE_LITERALS = ("/dev/null", "/dev/tty", "/dev/zero", "/dev/random", "/dev/urandom")
+
+
+@dataclass(frozen=True)
+class Policy:
+    workdir: str
+    #: directories writable with everything below them
+    writable_dirs: tuple[str, ...]
+    #: single files writable (devices; on macOS, not-yet-existing ref locks)
+    writable_literals: tuple[str, ...] = DEVICE_LITERALS
+    #: directories inside a writable dir that stay read-only (the main .git)
+    readonly_dirs: tuple[str, ...] = ()
+    #: files/dirs unreadable inside the jail; applied LAST by every renderer
+    read_denials: tuple[str, ...] = ()
+    #: "open": network egress is not restricted (no run declares egress yet)
+    network: str = "open"
+    #: TMPDIR for the tool, inside the working directory
+    scratch_dir: str = ""
+    #: what the derivation could not grant, in words, for the record
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def writable_set(self) -> list[str]:
+        return [*self.writable_dirs, *self.writable_literals]
+
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "workdir": self.workdir,
+            "writable_dirs": list(self.writable_dirs),
+            "writable_literals": list(self.writable_literals),
+            "readonly_within_writable": list(self.readonly_dirs),
+            "read_denials": list(self.read_denials),
+            "network": "not restricted" if self.network == "open" else self.network,
+            "scratch_dir": self.scratch_dir,
+        }

@@ -1,0 +1,38 @@
+"""Policy -> Seatbelt profile for sandbox-exec (the macOS control-plane boundary).
+
+Deny every write, allow the policy's set, then the read-only carve-outs and the
+read denials LAST so nothing after them can re-grant their paths. Seatbelt can
+grant a literal that does not exist yet (a ref lock), which bubblewrap cannot.
+"""
+
+from __future__ import annotations
+
+from saphan.confine.policy import Policy
+
+
+def _q(path: str) -> str:
+    return '"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render(policy: Policy) -> str:
+    lines = [
+        "(version 1)",
+        "(allow default)",
+        "(deny file-write*)",
+    ]
+    allows = [f"(subpath {_q(d)})" for d in policy.writable_dirs]
+    allows += [f"(literal {_q(lit)})" for lit in policy.writable_literals]
+    if allows:
+        lines.append("(allow file-write*\n    " + "\n    ".join(allows) + ")")
+    if policy.readonly_dirs:
+        ro = [f"(subpath {_q(d)})" for d in policy.readonly_dirs]
+        lines.append("(deny file-write*\n    " + "\n    ".join(ro) + ")")
+    if policy.read_denials:
+        # subpath matches the path itself and everything below it.
+        denied = [f"(subpath {_q(p)})" for p in policy.read_denials]
+        lines.append("(deny file-read* file-write*\n    " + "\n    ".join(denied) + ")")
+    return "\n".join(lines) + "\n"
+
+
+def argv(policy: Policy, profile_path: str) -> list[str]:
+    return ["/usr/bin/sandbox-exec", "-f", profile_path]

@@ -1,0 +1,374 @@
+"""The engine: the five steps of a run, and the operations around them.
+
+    cast      -> the named machine and slot, if eligible
+    reserve   -> one of the slot's ordinals, in the database (capacity.py)
+    compose   -> the OS boundary from one Policy (confine/)
+    dispatch  -> start the tool inside it (transport/)
+    record    -> what enforced, what ran, how it ended (records.py)
+
+The CLI is a thin layer over :class:`Engine`; programs embed it directly.
+Every "cannot" is raised as :class:`saphan.refusals.Refusal`, after it has
+been recorded on the run's row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from saphan import __version__
+from saphan.config import Config, confinement_mode
+from saphan.config import load as load_config
+from saphan.errors import UserError
+from saphan.ids import new_run_id
+from saphan.liveness import Holder, current_holder
+from saphan.records import RunRecord
+from saphan.refusals import Refusal
+from saphan.store import Store, open_store
+from saphan.store.rows import Machine, RunRow, Slot
+from saphan.timefmt import now_iso
+from saphan.tools import DISPATCHABLE, TOOLS
+from saphan.workspace import Workspace
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_SSH = re.compile(
+    r"^(?P<user>[A-Za-z0-9._-]+)@(?P<host>[A-Za-z0-9._-]+|\[[0-9a-fA-F:]+\])(?::(?P<port>\d+))?$"
+)
+
+
+def _check_name(kind: str, name: str) -> None:
+    if not _NAME.match(name):
+        raise UserError(
+            f"{kind} name {name!r} is not allowed; use 1-63 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+class Engine:
+    """saphan's operations on one workspace (``home``; default $SAPHAN_HOME or ~/.saphan)."""
+
+    def __init__(self, home: str | os.PathLike[str] | None = None):
+        self.workspace = Workspace.resolve(home)
+        self._config: Config | None = None
+        self._store: Store | None = None
+
+    # -- workspace -------------------------------------------------------------
+    def init(self, database_url: str | None = None) -> list[str]:
+        """Create the workspace (config, record key, database). Never overwrites."""
+        created = self.workspace.init()
+        if database_url is not None and str(self.workspace.config_path) in created:
+            text = self.workspace.config_path.read_text().replace(
+                'url = "sqlite"', f"url = {json.dumps(database_url)}"
+            )
+            self.workspace.config_path.write_text(text)
+        self.workspace.record_key()  # custody check now, not on first run
+        store = self.store
+        if created and self.config.database_url == "sqlite":
+            created.append(str(self.workspace.sqlite_path))
+        del store
+        return created
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            if not self.workspace.exists():
+                raise UserError(
+                    f"no saphan workspace at {self.workspace.home}; run `saphan init` "
+                    "(or set SAPHAN_HOME)"
+                )
+            self._config = load_config(self.workspace.config_path)
+        return self._config
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = open_store(self.config.database_url, self.workspace.sqlite_path)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def migrate(self) -> list[int]:
+        return self.store.migrate()
+
+    # -- machines and slots ----------------------------------------------------
+    def add_machine(
+        self,
+        name: str,
+        *,
+        local: bool = False,
+        ssh: str | None = None,
+        identity: str | None = None,
+    ) -> Machine:
+        _check_name("machine", name)
+        if local == (ssh is not None):
+            raise UserError("give exactly one of --local or --ssh USER@HOST[:PORT]")
+        if local:
+            if identity is not None:
+                raise UserError("--identity is for --ssh machines; drop it for --local")
+            machine = Machine(name, "local", created_at=now_iso())
+        else:
+            assert ssh is not None
+            m = _SSH.match(ssh)
+            if not m:
+                raise UserError(f"--ssh {ssh!r} is not USER@HOST[:PORT]; e.g. agent@10.0.0.5:22")
+            if identity is None:
+                raise UserError("--ssh needs --identity FILE (the private key to log in with)")
+            ident = os.path.abspath(os.path.expanduser(identity))
+            if not os.path.isfile(ident):
+                raise UserError(f"--identity {identity}: no such file; give the private key path")
+            port = int(m.group("port") or 22)
+            if not 0 < port < 65536:
+                raise UserError(f"--ssh port {port} is out of range 1-65535")
+            machine = Machine(
+                name, "ssh", ssh_user=m.group("user"), ssh_host=m.group("host").strip("[]"),
+                ssh_port=port, identity_file=ident, created_at=now_iso(),
+            )
+        if not self.store.add_machine(machine):
+            raise UserError(
+                f"machine {name!r} already exists; pick another name or "
+                f"`saphan machine remove {name}` first"
+            )
+        return machine
+
+    def machine(self, name: str) -> Machine:
+        m = self.store.get_machine(name)
+        if m is None:
+            raise UserError(f"no machine named {name!r}; see `saphan machine list`")
+        return m
+
+    def machines(self) -> list[Machine]:
+        return self.store.list_machines()
+
+    def machine_facts(self, name: str) -> dict[str, Any]:
+        from saphan.records import verify_fact
+
+        key = self.workspace.record_key()
+        return {
+            f.kind: {"value": verify_fact(key, f), "measured_at": f.measured_at}
+            for f in self.store.list_facts(name)
+        }
+
+    def remove_machine(self, name: str) -> None:
+        self.machine(name)
+        live = [r for s in self.store.list_slots(name) for r in self.store.live_runs(name, s.name)]
+        if live:
+            raise UserError(
+                f"machine {name!r} has {len(live)} live run(s) ({', '.join(r.id for r in live)}); "
+                "let them finish or `saphan runs finalize ID` first"
+            )
+        self.store.remove_machine(name)
+
+    def add_slot(
+        self, machine: str, slot: str, *, tool: str, max_sessions: int | None = None
+    ) -> Slot:
+        _check_name("slot", slot)
+        self.machine(machine)
+        if tool not in TOOLS:
+            raise UserError(f"--tool {tool!r} is unknown; choose one of {', '.join(TOOLS)}")
+        if max_sessions is not None and max_sessions < 1:
+            raise UserError(
+                f"--max-sessions {max_sessions} is below 1; give N >= 1, or omit it for one seat"
+            )
+        s = Slot(machine, slot, tool, max_sessions, now_iso())
+        if not self.store.add_slot(s):
+            raise UserError(f"slot {slot!r} already exists on machine {machine!r}; pick another name")
+        return s
+
+    def slot(self, machine: str, slot: str) -> Slot:
+        self.machine(machine)
+        s = self.store.get_slot(machine, slot)
+        if s is None:
+            raise UserError(
+                f"no slot {slot!r} on machine {machine!r}; see `saphan slot list` or "
+                f"`saphan slot add {machine} {slot} --tool command`"
+            )
+        return s
+
+    def slots(self, machine: str | None = None) -> list[Slot]:
+        if machine is not None:
+            self.machine(machine)
+        return self.store.list_slots(machine)
+
+    def set_max_sessions(self, machine: str, slot: str, max_sessions: int | None) -> Slot:
+        """Lowering never evicts a live run; raising takes effect at once."""
+        if max_sessions is not None and max_sessions < 1:
+            raise UserError(f"--max-sessions {max_sessions} is below 1; give N >= 1")
+        self.slot(machine, slot)
+        self.store.set_max_sessions(machine, slot, max_sessions)
+        return self.slot(machine, slot)
+
+    def holders(self, machine: str, slot: str) -> list[dict[str, Any]]:
+        from saphan.capacity import holder_liveness
+
+        self.slot(machine, slot)
+        out = []
+        for run in self.store.live_runs(machine, slot):
+            life = holder_liveness(run)
+            out.append(
+                {
+                    "ordinal": run.session_ordinal,
+                    "run": run.id,
+                    "pid": run.holder_pid,
+                    "host": run.holder_host,
+                    "since": run.started_at,
+                    "liveness": life.state,
+                    "evidence": life.evidence,
+                }
+            )
+        return out
+
+    # -- runs ------------------------------------------------------------------
+    def runs(self, limit: int = 50) -> list[RunRecord]:
+        return [RunRecord.from_row(r) for r in self.store.list_runs(limit)]
+
+    def run_record(self, run_id: str) -> RunRecord:
+        return RunRecord.from_row(self._find_run(run_id))
+
+    def _find_run(self, run_id: str) -> RunRow:
+        if run_id == "last":
+            row = self.store.last_run()
+            if row is None:
+                raise UserError("there are no runs yet")
+            return row
+        row = self.store.get_run(run_id)
+        if row is not None:
+            return row
+        found = self.store.find_runs(run_id.upper())
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise UserError(f"no run {run_id!r}; see `saphan runs list`")
+        raise UserError(f"run id prefix {run_id!r} is ambiguous; give more characters")
+
+    def finalize(self, run_id: str, *, reason: str = "operator") -> RunRecord:
+        """Operator escape hatch: end a live run's row, recorded as such."""
+        row = self._find_run(run_id)
+        if not row.live:
+            raise UserError(f"run {row.id} already finished at {row.finished_at}")
+        record = row.record()
+        record.setdefault("notes", []).append(
+            f"finalised by `saphan runs finalize` at {now_iso()} (uid {os.getuid()}): {reason}"
+        )
+        record["outcome"] = "finalized-by-operator"
+        self.store.finalize(
+            row.id, state="ended", outcome="finalized-by-operator",
+            record_json=json.dumps(record, sort_keys=True),
+        )
+        return self.run_record(row.id)
+
+    def run(
+        self,
+        machine: str,
+        slot: str,
+        argv: Sequence[str],
+        *,
+        workdir: str | os.PathLike[str] | None = None,
+        stream: bool = True,
+    ) -> RunRecord:
+        """Cast, reserve, compose, dispatch, record. Returns the finished record.
+
+        Raises :class:`Refusal` (recorded on the run's row) when the run
+        cannot be given its boundary, and :class:`UserError` on bad input
+        (nothing written).
+        """
+        from saphan.dispatch import execute_local
+
+        command = list(argv)
+        if not command:
+            raise UserError("nothing to run: give the command after `--`")
+        config = self.config
+        holder = current_holder()
+        run_id = new_run_id()
+        wd = os.path.abspath(workdir if workdir is not None else os.getcwd())
+        base: dict[str, Any] = {
+            "id": run_id, "machine": machine, "slot": slot, "argv": command, "workdir": wd,
+            "saphan_version": __version__, "requested_at": now_iso(),
+        }
+        # run.confinement is checked before any other branch of any run.
+        try:
+            mode = confinement_mode(config)
+        except Refusal as refusal:
+            self._record_refused(base, "unknown", holder, refusal)
+            raise
+        s = self.slot(machine, slot)  # cast: the named slot (UserError if unknown)
+        m = self.machine(machine)
+        base["tool"] = s.tool
+        base["confinement_setting"] = mode
+        if s.tool not in DISPATCHABLE:
+            raise UserError(
+                f"slot {slot!r} runs tool {s.tool!r}, which this build of saphan cannot dispatch "
+                f"yet (it dispatches: {', '.join(DISPATCHABLE)}); use a --tool command slot"
+            )
+        if m.transport != "local":
+            raise UserError(
+                f"machine {machine!r} is reached over SSH, and this build dispatches only to "
+                "--local machines"
+            )
+        if not os.path.isdir(wd):
+            missing = Refusal(
+                "workdir-missing",
+                f"the working directory {wd} does not exist on {machine}",
+                f"create it (`mkdir -p {wd}`) or pass an existing --workdir",
+            )
+            self._record_refused(base, s.tool, holder, missing)
+            raise missing
+        self._check_workdir_apart(wd)
+        from saphan.capacity import reserve_seat
+
+        try:
+            ordinal = reserve_seat(
+                self.store, s, run_id=run_id, tool=s.tool, workdir=wd, holder=holder
+            )
+        except Refusal as refusal:
+            self._record_refused(base, s.tool, holder, refusal)
+            raise
+        base["session_ordinal"] = ordinal
+        return execute_local(self, s, base, command, wd, stream=stream)
+
+    def _check_workdir_apart(self, wd: str) -> None:
+        """A run's writable tree must not hold the workspace (store, key, records).
+
+        Were it so, the run could rewrite saphan's own database and records;
+        the boundary would still hold, but it would guard the wrong things.
+        """
+        real_wd = os.path.realpath(wd)
+        home = os.path.realpath(self.workspace.home)
+        if _within(home, real_wd) or _within(real_wd, home):
+            raise UserError(
+                f"the working directory {real_wd} overlaps the saphan workspace {home}; a run "
+                "there could rewrite saphan's own store and records: use a directory outside it"
+            )
+
+    def _record_refused(
+        self, base: dict[str, Any], tool: str, holder: Holder, refusal: Refusal
+    ) -> None:
+        record = {
+            **base, "tool": tool, "outcome": "refused", "refusal": refusal.as_dict(),
+            "enforced_by": None, "finished_at": now_iso(),
+        }
+        self.store.insert_refused_run(
+            run_id=base["id"], machine=base["machine"], slot=base["slot"], tool=tool,
+            workdir=base.get("workdir"), holder=holder.as_tuple(),
+            refusal_class=refusal.cls, record_json=json.dumps(record, sort_keys=True),
+        )
+        refusal.run_id = base["id"]
+
+    def write_record_file(self, record: dict[str, Any]) -> Path:
+        run_dir = self.workspace.run_dir(record["id"])
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / "record.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        tmp.replace(path)
+        return path

@@ -1,0 +1,70 @@
+"""Refusals are data: one closed table of classes, one exception type.
+
+Every "cannot" in saphan is a :class:`Refusal` carrying a class from
+:data:`CLASSES`, a message with the measured numbers, and a remediation. The
+CLI prints it as ``refused [class]: message`` / ``fix: remediation`` and exits
+with :data:`EXIT_CODE`; a run that was refused stores the class on its row.
+docs/refusals.md carries the same table; tests/test_refusals.py holds the two
+against each other.
+"""
+
+from __future__ import annotations
+
+EXIT_CODE = 3
+
+#: class -> when it is raised (the docs' refusal table mirrors this).
+CLASSES: dict[str, str] = {
+    "confinement-unavailable": (
+        "no bubblewrap / no sandbox-exec / unrecognised OS on the control plane"
+    ),
+    "confinement-setting-invalid": (
+        "run.confinement is not exactly `engine` or `vendor` (checked before any other branch)"
+    ),
+    "landlock-unprobed": "the target machine's row has no measured Landlock level",
+    "landlock-incapable": "the target machine measured Landlock level 0",
+    "landlock-below-floor": "the target machine measured a Landlock level below the floor (3)",
+    "landlock-level-unknown": "a measured Landlock level above the highest this engine knows",
+    "bypass-token": "the final argv carries a bypass token",
+    "model-substitution": "the final argv could yield a model other than the one named",
+    "session-resumption": "the final argv would continue another session silently",
+    "seat-full": "no free ordinal on the slot after conflict handling",
+    "egress-uncuttable": "a run declares an egress policy and this host cannot cut the network",
+    "egress-unsupported-lane": "egress policy on a Landlock host (no network lever in this build)",
+    "record-signature-invalid": "a machine row's signature does not verify",
+    "container-ineligible": (
+        "the cast names an image digest and no fresh probe-confirmed docker-oci row matches"
+    ),
+    "digest-mismatch": "a delivered or executed binary's SHA-256/version differs from the pin",
+    "custody-binary-unsafe": "the running binary is replaceable by an identity that is not its custodian",
+    "custody-key-unsafe": "a workspace key file fails owner-only / no-follow / exact-length custody",
+    "policy-schema-unknown": "a permission class names a schema version outside the accepted set",
+    "policy-schema-mixed": "a permission class uses a feature of a schema version it does not claim",
+    "policy-invalid": "a permission class or launcher policy is malformed",
+    "session-dir-foreign": "the preflight reported a session dir that is not this run's own leaf",
+    "workdir-missing": "the working directory does not exist",
+}
+
+
+class Refusal(Exception):
+    """A named refusal: the run (or verb) does not happen.
+
+    ``cls`` is a key of :data:`CLASSES`; constructing a Refusal with any other
+    class is a programming error and raises ``ValueError`` at once, so the
+    table stays closed.
+    """
+
+    def __init__(self, cls: str, message: str, remediation: str, *, run_id: str | None = None):
+        if cls not in CLASSES:
+            raise ValueError(f"unknown refusal class {cls!r}")
+        super().__init__(f"refused [{cls}]: {message}")
+        self.cls = cls
+        self.message = message
+        self.remediation = remediation
+        self.run_id = run_id
+
+    def render(self) -> str:
+        """The two lines the CLI prints on stderr."""
+        return f"refused [{self.cls}]: {self.message}\nfix: {self.remediation}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"class": self.cls, "message": self.message, "remediation": self.remediation}

@@ -1,0 +1,61 @@
+"""The shared store: PostgreSQL through psycopg 3 (imported only here, lazily)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from saphan.store.connector import Row, StoreError
+
+_PLACEHOLDER = re.compile(r"\?")
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+
+
+class PostgresConnector:
+    dialect = "postgresql"
+
+    def __init__(self, url: str):
+        import psycopg
+
+        self._psycopg = psycopg
+        self.description = _redact(url)
+        try:
+            # autocommit: every reservation attempt is its own READ COMMITTED
+            # statement, so a losing insert affects zero rows instead of raising
+            # a serialization failure.
+            self._db = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as e:
+            raise StoreError(f"cannot connect to {self.description}: {e}") from None
+        self._cache: dict[str, str] = {}
+
+    def _sql(self, sql: str) -> str:
+        out = self._cache.get(sql)
+        if out is None:
+            out = _PLACEHOLDER.sub("%s", sql.replace("%", "%%"))
+            self._cache[sql] = out
+        return out
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        try:
+            cur = self._db.execute(self._sql(sql), tuple(params))
+            if cur.description is None:
+                return []
+            return list(cur.fetchall())
+        except self._psycopg.Error as e:
+            raise StoreError(f"{self.description}: {e}") from None
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        try:
+            with self._db.transaction():
+                yield
+        except self._psycopg.Error as e:
+            raise StoreError(f"{self.description}: {e}") from None
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,99 @@
+"""Every SQL statement saphan runs, named, in one place.
+
+Placeholders are ``?``; the PostgreSQL connector rewrites them to ``%s``.
+No other module writes SQL.
+"""
+
+from __future__ import annotations
+
+RUN_COLUMNS = (
+    "id, machine, slot, session_ordinal, state, started_at, finished_at, holder_host, "
+    "holder_pid, holder_start_ticks, holder_boot_id, tool, workdir, outcome, exit_code, "
+    "refusal_class, record_json"
+)
+
+# -- migrations ---------------------------------------------------------------
+CREATE_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at TEXT NOT NULL
+)"""
+APPLIED_VERSIONS = "SELECT version FROM schema_migrations ORDER BY version"
+RECORD_MIGRATION = "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)"
+
+# -- machines -----------------------------------------------------------------
+INSERT_MACHINE = """
+INSERT INTO machines (name, transport, ssh_user, ssh_host, ssh_port, identity_file, host_key,
+                      created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (name) DO NOTHING
+RETURNING name"""
+MACHINE_COLUMNS = "name, transport, ssh_user, ssh_host, ssh_port, identity_file, host_key, created_at"
+GET_MACHINE = f"SELECT {MACHINE_COLUMNS} FROM machines WHERE name = ?"
+LIST_MACHINES = f"SELECT {MACHINE_COLUMNS} FROM machines ORDER BY name"
+DELETE_MACHINE_FACTS = "DELETE FROM machine_facts WHERE machine = ?"
+DELETE_MACHINE_SLOTS = "DELETE FROM slots WHERE machine = ?"
+DELETE_MACHINE = "DELETE FROM machines WHERE name = ? RETURNING name"
+
+# -- slots --------------------------------------------------------------------
+INSERT_SLOT = """
+INSERT INTO slots (machine, name, tool, max_sessions, created_at)
+VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (machine, name) DO NOTHING
+RETURNING name"""
+SLOT_COLUMNS = "machine, name, tool, max_sessions, created_at"
+GET_SLOT = f"SELECT {SLOT_COLUMNS} FROM slots WHERE machine = ? AND name = ?"
+LIST_SLOTS = f"SELECT {SLOT_COLUMNS} FROM slots ORDER BY machine, name"
+LIST_MACHINE_SLOTS = f"SELECT {SLOT_COLUMNS} FROM slots WHERE machine = ? ORDER BY name"
+SET_MAX_SESSIONS = "UPDATE slots SET max_sessions = ? WHERE machine = ? AND name = ? RETURNING name"
+
+# -- runs: reservation ----------------------------------------------------------
+# One attempt at one ordinal. The conflict target's WHERE repeats the index
+# predicate as literal SQL: a bound parameter there fails on PostgreSQL once it
+# switches to a generic plan (SQLSTATE 42P10) and SQLite refuses it outright.
+# A losing concurrent attempt affects zero rows and returns nothing.
+RESERVE_ORDINAL = f"""
+INSERT INTO runs ({RUN_COLUMNS})
+VALUES (?, ?, ?, ?, 'reserved', ?, NULL, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL)
+ON CONFLICT (machine, slot, session_ordinal) WHERE finished_at IS NULL DO NOTHING
+RETURNING id"""
+
+# A run refused before it could hold an ordinal: born finished, outside the index.
+INSERT_REFUSED_RUN = f"""
+INSERT INTO runs ({RUN_COLUMNS})
+VALUES (?, ?, ?, -1, 'refused', ?, ?, ?, ?, ?, ?, ?, ?, 'refused', NULL, ?, ?)"""
+
+LIVE_RUNS_ON_SLOT = f"""
+SELECT {RUN_COLUMNS} FROM runs
+WHERE machine = ? AND slot = ? AND finished_at IS NULL
+ORDER BY session_ordinal"""
+
+MARK_RUNNING = "UPDATE runs SET state = 'running' WHERE id = ? AND finished_at IS NULL"
+
+# Finalise one run, by id, only if it is still live: finalising twice is a no-op.
+FINALIZE_RUN = """
+UPDATE runs
+SET finished_at = ?, state = ?, outcome = ?, exit_code = ?, refusal_class = ?,
+    record_json = ?
+WHERE id = ? AND finished_at IS NULL
+RETURNING id"""
+
+SET_RECORD = "UPDATE runs SET record_json = ? WHERE id = ?"
+GET_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?"
+FIND_RUNS_BY_PREFIX = f"SELECT {RUN_COLUMNS} FROM runs WHERE id LIKE ? ESCAPE '!' ORDER BY id LIMIT 2"
+LIST_RUNS = f"SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, id DESC LIMIT ?"
+LAST_RUN = f"SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, id DESC LIMIT 1"
+RUNS_ON_SLOT_ALL = f"""
+SELECT {RUN_COLUMNS} FROM runs WHERE machine = ? AND slot = ? ORDER BY started_at"""
+
+# -- signed machine facts -----------------------------------------------------
+PUT_FACT = """
+INSERT INTO machine_facts (machine, kind, value_json, measured_at, signature)
+VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (machine, kind) DO UPDATE
+SET value_json = excluded.value_json, measured_at = excluded.measured_at,
+    signature = excluded.signature"""
+FACT_COLUMNS = "machine, kind, value_json, measured_at, signature"
+GET_FACT = f"SELECT {FACT_COLUMNS} FROM machine_facts WHERE machine = ? AND kind = ?"
+LIST_FACTS = f"SELECT {FACT_COLUMNS} FROM machine_facts WHERE machine = ? ORDER BY kind"

@@ -1,0 +1,112 @@
+"""Typed rows the store returns. Plain values; no behaviour beyond parsing."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from saphan.store.connector import Row
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    transport: str  # "local" | "ssh"
+    ssh_user: str | None = None
+    ssh_host: str | None = None
+    ssh_port: int | None = None
+    identity_file: str | None = None
+    host_key: str | None = None
+    created_at: str = ""
+
+    @classmethod
+    def from_row(cls, r: Row) -> Machine:
+        return cls(*r)
+
+    def address(self) -> str:
+        if self.transport == "local":
+            return "local"
+        return f"{self.ssh_user}@{self.ssh_host}:{self.ssh_port}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "transport": self.transport,
+            "address": self.address(),
+            "identity_file": self.identity_file,
+            "host_key": self.host_key,
+            "created_at": self.created_at,
+        }
+
+
+@dataclass(frozen=True)
+class Slot:
+    machine: str
+    name: str
+    tool: str
+    max_sessions: int | None
+    created_at: str = ""
+
+    @classmethod
+    def from_row(cls, r: Row) -> Slot:
+        return cls(*r)
+
+    @property
+    def capacity(self) -> int:
+        """How many ordinals this slot has. No max_sessions: exactly one."""
+        return self.max_sessions if self.max_sessions is not None else 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "machine": self.machine,
+            "slot": self.name,
+            "tool": self.tool,
+            "max_sessions": self.max_sessions,
+            "created_at": self.created_at,
+        }
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: str
+    machine: str
+    slot: str
+    session_ordinal: int
+    state: str
+    started_at: str
+    finished_at: str | None
+    holder_host: str | None
+    holder_pid: int | None
+    holder_start_ticks: int | None
+    holder_boot_id: str | None
+    tool: str
+    workdir: str | None
+    outcome: str | None
+    exit_code: int | None
+    refusal_class: str | None
+    record_json: str | None
+
+    @classmethod
+    def from_row(cls, r: Row) -> RunRow:
+        return cls(*r)
+
+    @property
+    def live(self) -> bool:
+        return self.finished_at is None
+
+    def record(self) -> dict[str, Any]:
+        return json.loads(self.record_json) if self.record_json else {}
+
+
+@dataclass(frozen=True)
+class Fact:
+    machine: str
+    kind: str
+    value_json: str
+    measured_at: str
+    signature: str
+
+    @classmethod
+    def from_row(cls, r: Row) -> Fact:
+        return cls(*r)

@@ -1,0 +1,1 @@
+"""How a composed command reaches a machine: locally (this build), or over SSH."""

@@ -1,0 +1,117 @@
+"""Start a composed command on this machine and stream its output.
+
+Output goes to the terminal (when asked) and to ``stdout.log``/``stderr.log``
+in the run directory, as it arrives. SIGINT/SIGTERM to saphan are forwarded
+to the child and the run still finalises: :class:`Interrupted` carries the
+signal up to the engine after the child has exited.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import IO
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int, exit_code: int | None):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class Finished:
+    exit_code: int
+    stdout_path: str
+    stderr_path: str
+
+
+def _die_with_saphan() -> None:
+    """In the child, before exec: SIGKILL it if saphan dies (even by SIGKILL).
+
+    Without this a SIGKILLed saphan would leave its boundary process running,
+    outliving the record that describes it. bubblewrap's own --die-with-parent
+    then takes the jailed command down with it.
+    """
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+
+
+@contextmanager
+def _forward_signals(proc: subprocess.Popen[bytes], got: list[int]) -> Iterator[None]:
+    def handler(signum: int, _frame: object) -> None:
+        got.append(signum)
+        with suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def run(
+    argv: list[str],
+    *,
+    cwd: str,
+    run_dir: str,
+    env: dict[str, str] | None = None,
+    stream: bool = True,
+) -> Finished:
+    out_path = os.path.join(run_dir, "stdout.log")
+    err_path = os.path.join(run_dir, "stderr.log")
+    got: list[int] = []
+    with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
+        proc = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            preexec_fn=_die_with_saphan if sys.platform == "linux" else None,
+        )
+        sinks: dict[int, tuple[IO[bytes], IO[bytes] | None]] = {
+            proc.stdout.fileno(): (out_f, sys.stdout.buffer if stream else None),  # type: ignore[union-attr]
+            proc.stderr.fileno(): (err_f, sys.stderr.buffer if stream else None),  # type: ignore[union-attr]
+        }
+        with _forward_signals(proc, got):
+            _pump(sinks)
+            code = proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
+    if got:
+        raise Interrupted(got[0], code)
+    return Finished(code, out_path, err_path)
+
+
+def _pump(sinks: dict[int, tuple[IO[bytes], IO[bytes] | None]]) -> None:
+    sel = selectors.DefaultSelector()
+    for fd in sinks:
+        sel.register(fd, selectors.EVENT_READ)
+    open_fds = set(sinks)
+    while open_fds:
+        for key, _ in sel.select():
+            fd = key.fd
+            try:
+                chunk = os.read(fd, 65536)
+            except InterruptedError:
+                continue
+            if not chunk:
+                sel.unregister(fd)
+                open_fds.discard(fd)
+                continue
+            log, term = sinks[fd]
+            log.write(chunk)
+            log.flush()
+            if term is not None:
+                term.write(chunk)
+                term.flush()
+    sel.close()

@@ -1,0 +1,115 @@
+"""The workspace: $SAPHAN_HOME (default ~/.saphan) and what lives in it.
+
+    config.toml   closed-schema settings (saphan.config)
+    record.key    32 random bytes, mode 0600, never overwritten; signs machine rows
+    saphan.db     the embedded SQLite store (when database.url is "sqlite")
+    runs/<id>/    one directory per run: output logs, record.json, out/ (return path)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from saphan.refusals import Refusal
+
+KEY_LENGTH = 32
+
+
+def default_home() -> Path:
+    env = os.environ.get("SAPHAN_HOME")
+    if env:
+        return Path(env)
+    return Path.home() / ".saphan"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    home: Path
+
+    @classmethod
+    def resolve(cls, home: str | os.PathLike[str] | None = None) -> Workspace:
+        path = Path(home) if home is not None else default_home()
+        return cls(Path(os.path.abspath(os.path.expanduser(path))))
+
+    @property
+    def config_path(self) -> Path:
+        return self.home / "config.toml"
+
+    @property
+    def key_path(self) -> Path:
+        return self.home / "record.key"
+
+    @property
+    def sqlite_path(self) -> Path:
+        return self.home / "saphan.db"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "runs"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs_dir / run_id
+
+    def exists(self) -> bool:
+        return self.config_path.exists()
+
+    def init(self) -> list[str]:
+        """Create what is missing; never overwrite. Returns what was created."""
+        from saphan.config import DEFAULT_TEXT
+
+        created: list[str] = []
+        self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.runs_dir.mkdir(mode=0o700, exist_ok=True)
+        if _create_exclusive(self.config_path, DEFAULT_TEXT.encode(), 0o600):
+            created.append(str(self.config_path))
+        if _create_exclusive(self.key_path, os.urandom(KEY_LENGTH), 0o600):
+            created.append(str(self.key_path))
+        return created
+
+    def record_key(self) -> bytes:
+        """The record key, read only after its custody is checked (rust/core)."""
+        from saphan import _native
+
+        try:
+            return _native.read_key_file(str(self.key_path), KEY_LENGTH)
+        except _native.KeyCustodyError as e:
+            raise Refusal(
+                "custody-key-unsafe",
+                str(e),
+                f"the key must be a regular file owned by you, mode 0600, exactly "
+                f"{KEY_LENGTH} bytes: `chown $(id -u) {self.key_path} && "
+                f"chmod 0600 {self.key_path}`; if it was replaced, restore it from backup "
+                "(machine rows signed with another key will not verify)",
+            ) from None
+        except FileNotFoundError:
+            raise Refusal(
+                "custody-key-unsafe",
+                f"{self.key_path} does not exist",
+                "run `saphan init` (it creates the key and never overwrites one)",
+            ) from None
+
+
+def _create_exclusive(path: Path, content: bytes, mode: int) -> bool:
+    """Write ``content`` to a new file at ``path``; False if it already exists.
+
+    The file is written under a temporary name and linked into place, so a
+    crash never leaves a half-written key or config behind.
+    """
+    if path.exists() or path.is_symlink():
+        return False
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)

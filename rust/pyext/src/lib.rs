@@ -1,0 +1,109 @@
+//! `saphan._native`: the registry of saphan-core functions exposed to Python.
+//!
+//! Each export is a thin wrapper: arguments in, one call into saphan-core,
+//! result out. Errors cross into Python in one place (`error.rs`), and Rust
+//! values become Python objects in one place (`convert.rs`). The module is
+//! private; saphan's public API is Python.
+#![forbid(unsafe_code)]
+
+mod convert;
+mod error;
+
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use saphan_core::custody::{self, Caller};
+use saphan_core::{digest, landlock, policy};
+
+pub use error::KeyCustodyError;
+use error::NativeError;
+
+/// `(level, reason)`: the running kernel's Landlock ABI (0 when unusable) and
+/// `"supported"`, `"enosys"`, `"eopnotsupp"` or `"errno-N"`.
+#[pyfunction]
+fn landlock_abi() -> (u32, String) {
+    let probe = landlock::AbiProbe::detect();
+    (probe.level(), probe.reason())
+}
+
+/// The lowest Landlock ABI saphan confines with (3: truncation covered).
+#[pyfunction]
+fn landlock_floor() -> u32 {
+    landlock::FLOOR
+}
+
+/// The highest Landlock ABI this build handles; a recorded level above it is
+/// not believed.
+#[pyfunction]
+fn landlock_highest_known() -> u32 {
+    landlock::HIGHEST_KNOWN
+}
+
+/// SHA-256 of a file as 64 lowercase hex digits (the GIL is released while
+/// reading).
+#[pyfunction]
+fn sha256_file(py: Python<'_>, path: PathBuf) -> Result<String, NativeError> {
+    py.detach(|| digest::sha256_file(&path).map_err(|e| NativeError::io(&path, e)))
+}
+
+/// `None` when the four custody clauses hold for this process; otherwise a
+/// dict describing the failed clause.
+#[pyfunction]
+fn check_binary_custody(py: Python<'_>, path: PathBuf) -> PyResult<Option<Bound<'_, PyDict>>> {
+    let caller = Caller::current().map_err(|e| NativeError::io(&path, e))?;
+    convert::custody_outcome(py, custody::check_binary(&path, &caller))
+}
+
+/// As `check_binary_custody`, for an explicit caller (tests).
+#[pyfunction]
+fn check_binary_custody_as(
+    py: Python<'_>,
+    path: PathBuf,
+    euid: u32,
+    groups: Vec<u32>,
+) -> PyResult<Option<Bound<'_, PyDict>>> {
+    let caller = Caller::new(euid, groups);
+    convert::custody_outcome(py, custody::check_binary(&path, &caller))
+}
+
+/// Reads a key file after its custody checks (owner-only, no symlink, exact
+/// length, all before a byte is read).
+#[pyfunction]
+fn read_key_file(
+    py: Python<'_>,
+    path: PathBuf,
+    length: u64,
+) -> Result<Bound<'_, PyBytes>, NativeError> {
+    let bytes = py.detach(|| custody::read_key_file(&path, length))?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
+/// Parses a launcher policy with the launcher's own parser and returns its
+/// canonical JSON; raises ValueError with the parser's message.
+#[pyfunction]
+fn parse_policy(json: &str) -> Result<String, NativeError> {
+    Ok(policy::parse(json)?.to_canonical_json()?)
+}
+
+/// The crate version, shared by the whole workspace.
+#[pyfunction]
+fn version() -> &'static str {
+    saphan_core::VERSION
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("KeyCustodyError", m.py().get_type::<KeyCustodyError>())?;
+    m.add_function(wrap_pyfunction!(landlock_abi, m)?)?;
+    m.add_function(wrap_pyfunction!(landlock_floor, m)?)?;
+    m.add_function(wrap_pyfunction!(landlock_highest_known, m)?)?;
+    m.add_function(wrap_pyfunction!(sha256_file, m)?)?;
+    m.add_function(wrap_pyfunction!(check_binary_custody, m)?)?;
+    m.add_function(wrap_pyfunction!(check_binary_custody_as, m)?)?;
+    m.add_function(wrap_pyfunction!(read_key_file, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(version, m)?)?;
+    Ok(())
+}
