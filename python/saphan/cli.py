@@ -187,6 +187,30 @@ def machine_show(ctx: click.Context, name: str, as_json: bool) -> None:
                    f"(measured {fact['measured_at']})")
 
 
+@machine.command("probe-confinement")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def machine_probe_confinement(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Measure NAME's Landlock level with saphan-launcher and record it.
+
+    The measured value is written onto the machine's signed row; it is the
+    only way that value is ever written. There is deliberately no option to
+    type a level, override it or force it.
+    """
+    value = _engine(ctx).probe_confinement(name)
+    if as_json:
+        _emit_json(value)
+        return
+    from saphan.confine.landlock_gate import floor
+
+    verdict = ("meets the floor" if value["level"] >= floor()
+               else f"is below the floor of {floor()}: Landlock runs there will be refused")
+    click.echo(f"{name}: landlock level {value['level']} ({value['reason']}, kernel "
+               f"{value['kernel_release']}) {verdict}; measured with saphan-launcher "
+               f"{value['launcher_version']} sha256:{value['launcher_sha256']}")
+
+
 @machine.command("remove")
 @click.argument("name")
 @click.pass_context
@@ -272,12 +296,15 @@ def slot_set(ctx: click.Context, machine_name: str, slot_name: str, max_sessions
 @click.option("--slot", "slot_name", required=True, help="Slot on that machine.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Working directory (default: the current one). The only tree the run may write.")
+@click.option("--boundary", type=click.Choice(["landlock"]), default=None,
+              help="Enforce writes with saphan-launcher's Landlock domain (needs a probed "
+                   "machine at or above the floor) instead of the platform's own boundary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final record as JSON.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def run(
-    ctx: click.Context, machine_name: str, slot_name: str, workdir: str | None, as_json: bool,
-    command: tuple[str, ...],
+    ctx: click.Context, machine_name: str, slot_name: str, workdir: str | None,
+    boundary: str | None, as_json: bool, command: tuple[str, ...],
 ) -> None:
     """Run COMMAND inside the write boundary: saphan run --machine M --slot S -- CMD ARGS…
 
@@ -286,7 +313,7 @@ def run(
     """
     engine = _engine(ctx)
     record = engine.run(machine_name, slot_name, list(command), workdir=workdir,
-                        stream=not as_json)
+                        stream=not as_json, boundary=boundary)
     if as_json:
         click.echo(record.to_json())
     else:
@@ -345,6 +372,11 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     if enforced:
         click.echo(f"enforced_by: {enforced['mechanism']} {enforced['version']} "
                    f"({enforced['executable']} sha256:{enforced['executable_sha256']})")
+        if enforced.get("confirmation"):
+            click.echo(f"confirmed:   {enforced['confirmation']}")
+        if enforced.get("read_denials_and_carve_outs_by"):
+            outer = enforced["read_denials_and_carve_outs_by"]
+            click.echo(f"read denials by: {outer['mechanism']} {outer['version']}")
     else:
         click.echo("enforced_by: nothing (the run did not start)")
     for path in d.get("writable") or []:

@@ -12,8 +12,9 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from saphan.confine.compose import compose_local
+from saphan.confine.compose import Boundary, compose_landlock_local, compose_local
 from saphan.confine.grants import derive
+from saphan.confine.policy import Policy
 from saphan.refusals import Refusal
 from saphan.store.rows import Slot
 from saphan.timefmt import now_iso
@@ -23,11 +24,23 @@ if TYPE_CHECKING:
     from saphan.engine import Engine
     from saphan.records import RunRecord
 
-NOT_CONFINED = (
-    "what this boundary does not restrict: reads (anything readable by this user is "
-    "readable by the run, except the read denials listed), network egress (no egress "
-    "policy declared), and metadata changes are limited only by the read-only mounts"
-)
+#: What each mechanism does not restrict, written into every record it enforces.
+NOT_RESTRICTED = {
+    "bubblewrap": (
+        "not restricted by this boundary: reads (anything this user can read, except the "
+        "read denials listed) and network egress (no egress policy declared)"
+    ),
+    "seatbelt": (
+        "not restricted by this boundary: reads (except the read denials listed) and network "
+        "egress (no egress policy declared)"
+    ),
+    "landlock": (
+        "not restricted by this boundary: reads (Landlock grants reading everywhere; the "
+        "read denials listed are kept by the outer bubblewrap), network egress (no egress "
+        "policy declared), and metadata changes (chmod, chown, timestamps, xattrs) outside "
+        "the writable set, which Landlock does not cover at any level"
+    ),
+}
 
 
 def execute_local(
@@ -38,6 +51,8 @@ def execute_local(
     wd: str,
     *,
     stream: bool = True,
+    boundary_choice: str | None = None,
+    agent_sha256: str | None = None,
 ) -> RunRecord:
     store = engine.store
     ws = engine.workspace
@@ -53,14 +68,18 @@ def execute_local(
             return_path=str(out_dir),
             read_denials=(str(ws.key_path), str(ws.config_path)),
         )
-        boundary = compose_local(policy, run_dir=str(run_dir))
+        if boundary_choice == "landlock":
+            assert agent_sha256 is not None
+            boundary = _compose_landlock(engine, slot.machine, policy, agent_sha256)
+        else:
+            boundary = compose_local(policy, run_dir=str(run_dir))
         os.makedirs(policy.scratch_dir, exist_ok=True)
         record.update(
             {
                 "enforced_by": boundary.record(),
                 "policy": policy.as_record(),
                 "writable": policy.writable_set(),
-                "notes": [*policy.notes, NOT_CONFINED],
+                "notes": [*policy.notes, NOT_RESTRICTED[boundary.mechanism]],
                 "return_path": str(out_dir),
                 "boundary_argv": boundary.prefix,
             }
@@ -78,6 +97,8 @@ def execute_local(
         exit_code = finished.exit_code
         outcome = "exited" if exit_code == 0 else "failed"
         record["output"] = {"stdout": finished.stdout_path, "stderr": finished.stderr_path}
+        if boundary.mechanism == "landlock":
+            record["enforced_by"]["confirmation"] = _confirmation(finished.stderr_path)
     except Refusal as refusal:
         outcome, state, refusal_class = "refused", "refused", refusal.cls
         record["refusal"] = refusal.as_dict()
@@ -105,3 +126,44 @@ def execute_local(
         )
         engine.write_record_file(record)
     return engine.run_record(run_id)
+
+
+def _compose_landlock(engine: Engine, machine: str, policy: Policy, agent_sha256: str) -> Boundary:
+    """The gate, then the launcher that measured the row, then the composition."""
+    from saphan import launcher
+    from saphan.confine.landlock_gate import FACT_KIND, gate
+
+    fact = engine.verified_fact(machine, FACT_KIND)
+    value, measured_at = fact if fact is not None else (None, None)
+    level = gate(machine, value, measured_at)
+    assert value is not None
+    ident = launcher.identity()
+    if ident is None:
+        raise Refusal(
+            "confinement-unavailable",
+            "saphan-launcher is not installed on this machine, so no Landlock domain can "
+            "be applied",
+            "reinstall saphan (ci/setup builds and packages the launcher), then "
+            f"`saphan machine probe-confinement {machine}`",
+        )
+    if ident.sha256 != value.get("launcher_sha256"):
+        raise Refusal(
+            "digest-mismatch",
+            f"the launcher at {ident.path} has SHA-256 {ident.sha256}, but machine {machine}'s "
+            f"Landlock level was measured with {value.get('launcher_sha256')}",
+            f"re-measure with the installed launcher: `saphan machine probe-confinement {machine}`",
+        )
+    return compose_landlock_local(
+        policy, level=level, launcher_path=ident.path, launcher_version=ident.version,
+        launcher_sha256=ident.sha256, agent_sha256=agent_sha256,
+    )
+
+
+def _confirmation(stderr_path: str) -> str | None:
+    """The launcher's own line, as printed on the far side of the exec."""
+    with open(stderr_path, "rb") as f:
+        for raw in f:
+            line = raw.decode(errors="replace").rstrip("\n")
+            if line.startswith("saphan-launcher: landlock "):
+                return line
+    return None

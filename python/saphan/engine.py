@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,57 @@ class Engine:
             for f in self.store.list_facts(name)
         }
 
+    def verified_fact(self, machine: str, kind: str) -> tuple[dict[str, Any], str] | None:
+        """A machine fact and when it was measured, after its signature verifies."""
+        from saphan.records import verify_fact
+
+        fact = self.store.get_fact(machine, kind)
+        if fact is None:
+            return None
+        return verify_fact(self.workspace.record_key(), fact), fact.measured_at
+
+    def probe_confinement(self, name: str) -> dict[str, Any]:
+        """Measure the machine's Landlock level with saphan-launcher and write
+        it onto the machine's signed row. The only writer of that fact; there
+        is no way to type a level in."""
+        import subprocess
+
+        from saphan import launcher
+        from saphan.records import sign_fact
+
+        m = self.machine(name)
+        if m.transport != "local":
+            raise UserError(
+                f"machine {name!r} is reached over SSH, and this build probes only --local machines"
+            )
+        path = launcher.path()
+        if path is None:
+            raise UserError("saphan-launcher not found; run ci/setup (it builds and packages it)")
+        out = subprocess.run([path, "probe"], capture_output=True, text=True, timeout=60,
+                             check=False)
+        try:
+            measured = json.loads(out.stdout.strip().splitlines()[-1])
+            value = {
+                "level": int(measured["landlock_abi"]),
+                "reason": str(measured["landlock_reason"]),
+                "kernel_release": str(measured["kernel_release"]),
+                "launcher_version": str(measured["launcher_version"]),
+                "launcher_sha256": str(measured["launcher_sha256"]),
+                "floor": int(measured["floor"]),
+                "highest_known": int(measured["highest_known"]),
+                "transport": m.transport,
+            }
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise UserError(
+                f"the launcher's probe on {name} did not answer with its JSON line "
+                f"(exit {out.returncode}): {(out.stderr or out.stdout).strip()[:300]}"
+            ) from None
+        from saphan.confine.landlock_gate import FACT_KIND
+
+        fact = sign_fact(self.workspace.record_key(), name, FACT_KIND, value, now_iso())
+        self.store.put_fact(fact)
+        return {"machine": name, "measured_at": fact.measured_at, **value}
+
     def remove_machine(self, name: str) -> None:
         self.machine(name)
         live = [r for s in self.store.list_slots(name) for r in self.store.live_runs(name, s.name)]
@@ -275,12 +327,15 @@ class Engine:
         *,
         workdir: str | os.PathLike[str] | None = None,
         stream: bool = True,
+        boundary: str | None = None,
     ) -> RunRecord:
         """Cast, reserve, compose, dispatch, record. Returns the finished record.
 
         Raises :class:`Refusal` (recorded on the run's row) when the run
         cannot be given its boundary, and :class:`UserError` on bad input
-        (nothing written).
+        (nothing written). ``boundary`` chooses the mechanism on a local
+        machine: None for the platform's own (bubblewrap / Seatbelt), or
+        "landlock" for saphan-launcher behind the Landlock gate.
         """
         from saphan.dispatch import execute_local
 
@@ -310,6 +365,10 @@ class Engine:
                 f"slot {slot!r} runs tool {s.tool!r}, which this build of saphan cannot dispatch "
                 f"yet (it dispatches: {', '.join(DISPATCHABLE)}); use a --tool command slot"
             )
+        if boundary not in (None, "landlock"):
+            raise UserError(f"--boundary {boundary!r} is unknown; omit it or use `landlock`")
+        if boundary not in (None, "landlock"):
+            raise UserError(f"--boundary {boundary!r} is unknown; omit it or use `landlock`")
         if m.transport != "local":
             raise UserError(
                 f"machine {machine!r} is reached over SSH, and this build dispatches only to "
@@ -324,6 +383,14 @@ class Engine:
             self._record_refused(base, s.tool, holder, missing)
             raise missing
         self._check_workdir_apart(wd)
+        resolved = shutil.which(command[0])
+        if resolved is None:
+            raise UserError(f"command {command[0]!r} not found on PATH; give its absolute path")
+        from saphan import _native
+
+        command[0] = os.path.abspath(resolved)
+        base["agent"] = {"path": command[0], "sha256": _native.sha256_file(command[0])}
+        base["argv"] = command
         from saphan.capacity import reserve_seat
 
         try:
@@ -334,7 +401,10 @@ class Engine:
             self._record_refused(base, s.tool, holder, refusal)
             raise
         base["session_ordinal"] = ordinal
-        return execute_local(self, s, base, command, wd, stream=stream)
+        return execute_local(
+            self, s, base, command, wd, stream=stream, boundary_choice=boundary,
+            agent_sha256=base["agent"]["sha256"],
+        )
 
     def _check_workdir_apart(self, wd: str) -> None:
         """A run's writable tree must not hold the workspace (store, key, records).

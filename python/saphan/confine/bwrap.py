@@ -20,6 +20,7 @@ from saphan.confine.policy import Policy
 
 
 def render(policy: Policy, bwrap: str = "bwrap") -> list[str]:
+    """The whole boundary: bubblewrap enforces writes and read denials."""
     argv = [bwrap, "--ro-bind", "/", "/"]
     for d in policy.writable_dirs:
         argv += ["--bind", d, d]
@@ -27,6 +28,23 @@ def render(policy: Policy, bwrap: str = "bwrap") -> list[str]:
         # The ro-bind of / is nodev: a device is usable only when bound again
         # with --dev-bind (absent devices, e.g. no /dev/tty, are skipped).
         argv += ["--dev-bind-try" if lit.startswith("/dev/") else "--bind", lit, lit]
+    argv += _carve_outs_and_denials(policy)
+    return argv + _tail(policy)
+
+
+def render_outer(policy: Policy, bwrap: str = "bwrap") -> list[str]:
+    """Only the carve-outs and read denials, around a boundary that enforces
+    writes by other means (saphan-launcher's Landlock domain on the local
+    Landlock lane). Landlock grants reads everywhere and cannot make a
+    directory read-only inside a writable one; the mount namespace can.
+    """
+    argv = [bwrap, "--dev-bind", "/", "/"]
+    argv += _carve_outs_and_denials(policy)
+    return argv + _tail(policy)
+
+
+def _carve_outs_and_denials(policy: Policy) -> list[str]:
+    argv: list[str] = []
     for d in policy.readonly_dirs:
         argv += ["--ro-bind", d, d]
     for path in policy.read_denials:
@@ -34,7 +52,11 @@ def render(policy: Policy, bwrap: str = "bwrap") -> list[str]:
             argv += ["--tmpfs", path, "--remount-ro", path]
         else:
             argv += ["--ro-bind", "/dev/null", path]
-    argv += [
+    return argv
+
+
+def _tail(policy: Policy) -> list[str]:
+    argv = [
         "--die-with-parent",
         "--new-session",
         "--cap-drop", "ALL",

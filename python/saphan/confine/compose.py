@@ -13,10 +13,10 @@ import os
 import platform
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from saphan.confine import bwrap, seatbelt
+from saphan.confine import bwrap, landlock, seatbelt
 from saphan.confine.policy import Policy
 from saphan.refusals import Refusal
 
@@ -59,7 +59,15 @@ def find_bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
-def _bubblewrap(policy: Policy) -> Boundary:
+@dataclass(frozen=True)
+class _Bwrap:
+    exe: str
+    version: str
+    sha256: str
+
+
+def _usable_bwrap() -> _Bwrap:
+    """bubblewrap on PATH that can create a sandbox here, or the refusal."""
     from saphan import _native
 
     exe = find_bwrap()
@@ -94,13 +102,57 @@ def _bubblewrap(policy: Policy) -> Boundary:
             "or on Ubuntu allow bwrap in AppArmor), then check that "
             "`bwrap --ro-bind / / -- true` succeeds",
         )
+    return _Bwrap(exe, version.removeprefix("bubblewrap ").strip() or "unknown",
+                  _native.sha256_file(exe))
+
+
+def _bubblewrap(policy: Policy) -> Boundary:
+    b = _usable_bwrap()
     return Boundary(
         mechanism="bubblewrap",
-        version=version.removeprefix("bubblewrap ").strip() or "unknown",
-        executable=exe,
-        executable_sha256=_native.sha256_file(exe),
-        prefix=bwrap.render(policy, exe),
+        version=b.version,
+        executable=b.exe,
+        executable_sha256=b.sha256,
+        prefix=bwrap.render(policy, b.exe),
         policy=policy,
+    )
+
+
+def compose_landlock_local(
+    policy: Policy,
+    *,
+    level: int,
+    launcher_path: str,
+    launcher_version: str,
+    launcher_sha256: str,
+    agent_sha256: str,
+) -> Boundary:
+    """The Landlock lane on this machine: saphan-launcher enforces the writes.
+
+    The write set travels to the launcher as its one JSON value; what Landlock
+    cannot express (read denials, the read-only main .git) is kept by an outer
+    bubblewrap that only carves those out — so every jail on the control plane
+    still hides the workspace key and config.
+    """
+    write_policy = replace(policy, read_denials=(), readonly_dirs=())
+    policy_json = landlock.render(write_policy, agent_sha256=agent_sha256)
+    outer: list[str] = []
+    extra: dict[str, Any] = {"abi": level, "policy_json": policy_json}
+    if policy.read_denials or policy.readonly_dirs:
+        b = _usable_bwrap()
+        outer = bwrap.render_outer(policy, b.exe)
+        extra["read_denials_and_carve_outs_by"] = {
+            "mechanism": "bubblewrap", "version": b.version, "executable": b.exe,
+            "executable_sha256": b.sha256,
+        }
+    return Boundary(
+        mechanism="landlock",
+        version=f"abi {level}",
+        executable=launcher_path,
+        executable_sha256=launcher_sha256,
+        prefix=[*outer, launcher_path, "exec", "--policy", policy_json, "--"],
+        policy=policy,
+        extra={"launcher_version": launcher_version, **extra},
     )
 
 
