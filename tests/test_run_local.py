@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -47,7 +49,11 @@ def test_inside_write_succeeds_outside_refused_record_names_bubblewrap(
     assert len(rec["enforced_by"]["executable_sha256"]) == 64
     assert str(wd.resolve()) in rec["writable"]
     assert rec["exit_code"] == 0 and rec["outcome"] == "exited"
-    assert rec["argv"] == ["sh", "-c", script]
+    # argv[0] is resolved before the run, and the binary that ran is digested.
+    sh = shutil.which("sh")
+    assert sh is not None
+    assert rec["argv"] == [sh, "-c", script]
+    assert rec["agent"] == {"path": sh, "sha256": hashlib.sha256(Path(sh).read_bytes()).hexdigest()}
     assert rec["session_ordinal"] == 0
     assert rec["started_at"] <= rec["finished_at"]
     key = str(saphan.home / "record.key")

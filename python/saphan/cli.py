@@ -296,6 +296,13 @@ def slot_set(ctx: click.Context, machine_name: str, slot_name: str, max_sessions
 @click.option("--slot", "slot_name", required=True, help="Slot on that machine.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Working directory (default: the current one). The only tree the run may write.")
+@click.option("--repo", type=click.Path(file_okay=False), default=None,
+              help="Run in a new linked worktree of this git repository, on branch "
+                   "saphan/<run-id> (made outside the boundary; the run can commit there).")
+@click.option("--base", "base_ref", default=None, metavar="REF",
+              help="With --repo: the commit the worktree starts from (default HEAD).")
+@click.option("--keep-worktree/--remove-worktree", default=True, show_default=True,
+              help="With --repo: keep the worktree afterwards (the branch is always kept).")
 @click.option("--boundary", type=click.Choice(["landlock"]), default=None,
               help="Enforce writes with saphan-launcher's Landlock domain (needs a probed "
                    "machine at or above the floor) instead of the platform's own boundary.")
@@ -304,7 +311,8 @@ def slot_set(ctx: click.Context, machine_name: str, slot_name: str, max_sessions
 @click.pass_context
 def run(
     ctx: click.Context, machine_name: str, slot_name: str, workdir: str | None,
-    boundary: str | None, as_json: bool, command: tuple[str, ...],
+    repo: str | None, base_ref: str | None, keep_worktree: bool, boundary: str | None,
+    as_json: bool, command: tuple[str, ...],
 ) -> None:
     """Run COMMAND inside the write boundary: saphan run --machine M --slot S -- CMD ARGS…
 
@@ -313,7 +321,8 @@ def run(
     """
     engine = _engine(ctx)
     record = engine.run(machine_name, slot_name, list(command), workdir=workdir,
-                        stream=not as_json, boundary=boundary)
+                        stream=not as_json, boundary=boundary, repo=repo, base_ref=base_ref,
+                        keep_worktree=keep_worktree)
     if as_json:
         click.echo(record.to_json())
     else:
@@ -369,6 +378,10 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     click.echo(f"machine:     {d['machine']}  slot: {d['slot']}  ordinal: {d.get('session_ordinal')}")
     click.echo(f"tool:        {d.get('tool')}  argv: {json.dumps(d.get('argv'))}")
     click.echo(f"workdir:     {d.get('workdir')}")
+    if d.get("worktree"):
+        w = d["worktree"]
+        click.echo(f"worktree:    {w['path']} on {w['branch']} from {w['base'][:12]} "
+                   f"({'kept' if w.get('kept') else 'removed'}; head {str(w.get('head_after'))[:12]})")
     if enforced:
         click.echo(f"enforced_by: {enforced['mechanism']} {enforced['version']} "
                    f"({enforced['executable']} sha256:{enforced['executable_sha256']})")

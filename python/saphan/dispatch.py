@@ -12,8 +12,9 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
+from saphan import worktrees
 from saphan.confine.compose import Boundary, compose_landlock_local, compose_local
-from saphan.confine.grants import derive
+from saphan.confine.grants import derive, git_layout
 from saphan.confine.policy import Policy
 from saphan.refusals import Refusal
 from saphan.store.rows import Slot
@@ -23,6 +24,7 @@ from saphan.transport import local
 if TYPE_CHECKING:
     from saphan.engine import Engine
     from saphan.records import RunRecord
+    from saphan.worktrees import RepoSpec
 
 #: What each mechanism does not restrict, written into every record it enforces.
 NOT_RESTRICTED = {
@@ -53,6 +55,8 @@ def execute_local(
     stream: bool = True,
     boundary_choice: str | None = None,
     agent_sha256: str | None = None,
+    repo: RepoSpec | None = None,
+    keep_worktree: bool = True,
 ) -> RunRecord:
     store = engine.store
     ws = engine.workspace
@@ -63,6 +67,15 @@ def execute_local(
         run_dir = ws.run_dir(run_id)
         out_dir = run_dir / "out"
         out_dir.mkdir(parents=True, exist_ok=True)
+        if repo is not None:
+            # Outside the boundary, before it: the kernel would refuse this inside.
+            branch = worktrees.create(repo, wd, run_id)
+            record["worktree"] = {"repo": repo.toplevel, "path": wd, "branch": branch,
+                                  "base": repo.base, "base_ref": repo.base_ref}
+        else:
+            layout = git_layout(wd)
+            if layout is not None:
+                worktrees.ignore_scratch(layout.common_dir)
         policy = derive(
             wd,
             return_path=str(out_dir),
@@ -116,6 +129,8 @@ def execute_local(
         record["error"] = f"{type(e).__name__}: {e}"
         raise
     finally:
+        if repo is not None and "worktree" in record:
+            _settle_worktree(record["worktree"], repo, wd, keep_worktree)
         record.update(
             {"finished_at": now_iso(), "outcome": outcome, "exit_code": exit_code,
              "state": state}
@@ -157,6 +172,18 @@ def _compose_landlock(engine: Engine, machine: str, policy: Policy, agent_sha256
         policy, level=level, launcher_path=ident.path, launcher_version=ident.version,
         launcher_sha256=ident.sha256, agent_sha256=agent_sha256,
     )
+
+
+def _settle_worktree(info: dict[str, Any], repo: RepoSpec, wd: str, keep: bool) -> None:
+    """Record where the run left its branch; remove the worktree unless kept."""
+    info["head_after"] = worktrees.head(wd)
+    info["kept"] = keep
+    if not keep:
+        try:
+            worktrees.remove(repo, wd)
+        except RuntimeError as e:
+            info["kept"] = True
+            info["remove_error"] = str(e)
 
 
 def _confirmation(stderr_path: str) -> str | None:

@@ -328,6 +328,9 @@ class Engine:
         workdir: str | os.PathLike[str] | None = None,
         stream: bool = True,
         boundary: str | None = None,
+        repo: str | os.PathLike[str] | None = None,
+        base_ref: str | None = None,
+        keep_worktree: bool = True,
     ) -> RunRecord:
         """Cast, reserve, compose, dispatch, record. Returns the finished record.
 
@@ -335,7 +338,10 @@ class Engine:
         cannot be given its boundary, and :class:`UserError` on bad input
         (nothing written). ``boundary`` chooses the mechanism on a local
         machine: None for the platform's own (bubblewrap / Seatbelt), or
-        "landlock" for saphan-launcher behind the Landlock gate.
+        "landlock" for saphan-launcher behind the Landlock gate. ``repo``
+        runs in a new linked worktree of that repository on branch
+        ``saphan/<run-id>`` (from ``base_ref``, default HEAD), kept afterwards
+        unless ``keep_worktree`` is False.
         """
         from saphan.dispatch import execute_local
 
@@ -345,7 +351,14 @@ class Engine:
         config = self.config
         holder = current_holder()
         run_id = new_run_id()
-        wd = os.path.abspath(workdir if workdir is not None else os.getcwd())
+        if repo is not None and workdir is not None:
+            raise UserError("give --repo or --workdir, not both (--repo makes the working directory)")
+        if repo is None and base_ref is not None:
+            raise UserError("--base needs --repo")
+        if repo is not None:
+            wd = str(self.workspace.home / "worktrees" / run_id)
+        else:
+            wd = os.path.abspath(workdir if workdir is not None else os.getcwd())
         base: dict[str, Any] = {
             "id": run_id, "machine": machine, "slot": slot, "argv": command, "workdir": wd,
             "saphan_version": __version__, "requested_at": now_iso(),
@@ -367,14 +380,15 @@ class Engine:
             )
         if boundary not in (None, "landlock"):
             raise UserError(f"--boundary {boundary!r} is unknown; omit it or use `landlock`")
-        if boundary not in (None, "landlock"):
-            raise UserError(f"--boundary {boundary!r} is unknown; omit it or use `landlock`")
         if m.transport != "local":
             raise UserError(
                 f"machine {machine!r} is reached over SSH, and this build dispatches only to "
                 "--local machines"
             )
-        if not os.path.isdir(wd):
+        from saphan import worktrees
+
+        spec = worktrees.resolve_repo(os.fspath(repo), base_ref) if repo is not None else None
+        if spec is None and not os.path.isdir(wd):
             missing = Refusal(
                 "workdir-missing",
                 f"the working directory {wd} does not exist on {machine}",
@@ -383,7 +397,7 @@ class Engine:
             self._record_refused(base, s.tool, holder, missing)
             raise missing
         self._check_workdir_apart(wd)
-        resolved = shutil.which(command[0])
+        resolved = shutil.which(command[0], path=os.environ.get("PATH"))
         if resolved is None:
             raise UserError(f"command {command[0]!r} not found on PATH; give its absolute path")
         from saphan import _native
@@ -403,7 +417,7 @@ class Engine:
         base["session_ordinal"] = ordinal
         return execute_local(
             self, s, base, command, wd, stream=stream, boundary_choice=boundary,
-            agent_sha256=base["agent"]["sha256"],
+            agent_sha256=base["agent"]["sha256"], repo=spec, keep_worktree=keep_worktree,
         )
 
     def _check_workdir_apart(self, wd: str) -> None:
@@ -414,6 +428,11 @@ class Engine:
         """
         real_wd = os.path.realpath(wd)
         home = os.path.realpath(self.workspace.home)
+        # Per-run worktrees live in $SAPHAN_HOME/worktrees/, apart from the store.
+        if _within(real_wd, os.path.join(home, "worktrees")) and real_wd != os.path.join(
+            home, "worktrees"
+        ):
+            return
         if _within(home, real_wd) or _within(real_wd, home):
             raise UserError(
                 f"the working directory {real_wd} overlaps the saphan workspace {home}; a run "

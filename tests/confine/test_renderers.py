@@ -164,3 +164,22 @@ def test_linked_worktree_plain_branch_cannot_commit(tmp_path: Path) -> None:
     policy = derive(str(wt))
     assert not any("refs" in d for d in policy.writable_dirs)
     assert any("this run cannot commit: branch refs/heads/feature" in n for n in policy.notes)
+
+
+def test_a_later_grant_cannot_re_expose_a_read_denial(tmp_path: Path) -> None:
+    """The secret sits inside a writable directory; the denial still wins."""
+    import shutil
+
+    if shutil.which("bwrap") is None:
+        pytest.fail("bubblewrap missing (ci/setup installs it)")
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    secret = wd / "secret.key"
+    secret.write_text("TOPSECRET\n")
+    policy = derive(str(wd), read_denials=(str(secret),))
+    argv = bwrap.render(policy, "bwrap")
+    assert argv.index(str(secret)) > max(i for i, a in enumerate(argv) if a == "--bind")
+    p = subprocess.run([*argv, "sh", "-c", f"cat {secret}; echo x > {secret}"],
+                       capture_output=True, text=True)
+    assert "TOPSECRET" not in p.stdout
+    assert secret.read_text() == "TOPSECRET\n"
