@@ -83,6 +83,13 @@ class Workspace:
                 f"chmod 0600 {self.key_path}`; if it was replaced, restore it from backup "
                 "(machine rows signed with another key will not verify)",
             ) from None
+        except PermissionError as e:
+            raise Refusal(
+                "custody-key-unsafe",
+                f"{self.key_path} cannot be opened by uid {os.geteuid()} ({e.strerror}); "
+                "the record key must belong to the account that runs saphan",
+                f"run saphan as the key's owner, or `chown $(id -u) {self.key_path}`",
+            ) from None
         except FileNotFoundError:
             raise Refusal(
                 "custody-key-unsafe",

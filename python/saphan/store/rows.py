@@ -1,16 +1,18 @@
-"""Typed rows the store returns. Plain values; no behaviour beyond parsing."""
+"""Typed rows the store returns. Plain values; no behaviour beyond parsing.
+
+NamedTuples rather than dataclasses: these are built on every CLI start, and
+a NamedTuple class costs a fraction of a frozen dataclass to create.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from saphan.store.connector import Row
 
 
-@dataclass(frozen=True)
-class Machine:
+class Machine(NamedTuple):
     name: str
     transport: str  # "local" | "ssh"
     ssh_user: str | None = None
@@ -40,8 +42,7 @@ class Machine:
         }
 
 
-@dataclass(frozen=True)
-class Slot:
+class Slot(NamedTuple):
     machine: str
     name: str
     tool: str
@@ -67,8 +68,7 @@ class Slot:
         }
 
 
-@dataclass(frozen=True)
-class RunRow:
+class RunRow(NamedTuple):
     id: str
     machine: str
     slot: str
@@ -99,8 +99,7 @@ class RunRow:
         return json.loads(self.record_json) if self.record_json else {}
 
 
-@dataclass(frozen=True)
-class Fact:
+class Fact(NamedTuple):
     machine: str
     kind: str
     value_json: str
