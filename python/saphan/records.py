@@ -9,21 +9,23 @@ signature does not verify is refused (``record-signature-invalid``).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from saphan.refusals import Refusal
 from saphan.store.rows import Fact, RunRow
 
 
-@dataclass(frozen=True)
 class RunRecord:
     """A run's durable account, as stored in the run row and record.json."""
 
-    data: dict[str, Any]
+    __slots__ = ("data",)
+
+    def __init__(self, data: dict[str, Any]):
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"RunRecord({self.data.get('id')!r}, outcome={self.data.get('outcome')!r})"
 
     @property
     def id(self) -> str:
@@ -72,11 +74,18 @@ class RunRecord:
 
 # -- signed machine facts ------------------------------------------------------
 
+# hashlib/hmac load OpenSSL (~10 ms): imported where a row is signed or
+# verified, never on the start-up path of verbs that only list runs.
+
+
 def _payload(machine: str, kind: str, value_json: str, measured_at: str) -> bytes:
     return json.dumps([machine, kind, value_json, measured_at], separators=(",", ":")).encode()
 
 
 def sign_fact(key: bytes, machine: str, kind: str, value: dict[str, Any], measured_at: str) -> Fact:
+    import hashlib
+    import hmac
+
     value_json = json.dumps(value, sort_keys=True, separators=(",", ":"))
     sig = hmac.new(key, _payload(machine, kind, value_json, measured_at), hashlib.sha256)
     return Fact(machine, kind, value_json, measured_at, sig.hexdigest())
@@ -84,6 +93,9 @@ def sign_fact(key: bytes, machine: str, kind: str, value: dict[str, Any], measur
 
 def verify_fact(key: bytes, fact: Fact) -> dict[str, Any]:
     """The fact's value, or the refusal when its signature does not verify."""
+    import hashlib
+    import hmac
+
     want = hmac.new(
         key, _payload(fact.machine, fact.kind, fact.value_json, fact.measured_at), hashlib.sha256
     ).hexdigest()

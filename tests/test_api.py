@@ -1,0 +1,75 @@
+"""The embeddable Python API: the same operations as the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import saphan
+from saphan.errors import UserError
+
+pytestmark = pytest.mark.usefixtures("bwrap_available")
+
+
+def test_engine_end_to_end(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    home = tmp_path_factory.mktemp("api") / "ws"
+    engine = saphan.Engine(home=home)
+    created = engine.init()
+    assert str(home / "record.key") in created
+    assert engine.init() == []
+    engine.add_machine("here", local=True)
+    engine.add_slot("here", "s1", tool="command", max_sessions=2)
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    record = engine.run("here", "s1", ["sh", "-c", "echo hi > out.txt"], workdir=wd,
+                        stream=False)
+    assert isinstance(record, saphan.RunRecord)
+    assert record.outcome == "exited" and record.exit_code == 0
+    assert record.enforced_by is not None and record.enforced_by["mechanism"] == "bubblewrap"
+    assert (wd / "out.txt").read_text() == "hi\n"
+    assert [r.id for r in engine.runs()] == [record.id]
+    assert engine.run_record(record.id[:10]).id == record.id
+
+    with pytest.raises(saphan.Refusal) as e:
+        engine.run("here", "s1", ["true"], workdir=tmp_path / "missing", stream=False)
+    assert e.value.cls == "workdir-missing"
+    assert e.value.run_id is not None
+    assert engine.run_record(e.value.run_id).refusal_class == "workdir-missing"
+
+    with pytest.raises(UserError, match="no slot 'nope'"):
+        engine.run("here", "nope", ["true"], workdir=wd)
+    engine.close()
+
+
+def test_importing_saphan_does_no_work() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, saphan; "
+            "print(sorted(m for m in sys.modules if m.startswith(('saphan', 'psycopg', 'paramiko', "
+            "'click'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['saphan']"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["runs", "list"]])
+def test_fast_verbs_never_import_drivers(argv: list[str], tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "ws"
+    env = dict(os.environ, SAPHAN_HOME=str(home))
+    saphan.Engine(home=home).init()
+    code = (
+        "import sys\n"
+        f"sys.argv = ['saphan', *{argv!r}]\n"
+        "from saphan.entry import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('psycopg', 'paramiko', 'hashlib') if m in sys.modules),"
+        " file=sys.stderr)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True)
+    assert out.stderr.strip().splitlines()[-1] == "[]"
