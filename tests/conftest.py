@@ -23,6 +23,9 @@ import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+#: the agent-tool fixtures (real CLIs at pinned versions): tests/tools/agents.py
+pytest_plugins = ["tools.agents"]
+
 
 def require(ok: bool, what: str) -> None:
     """Fail in CI, skip loudly elsewhere, when a real part is missing."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from saphan.liveness import Holder, Liveness, check
+from saphan.liveness import Holder, Liveness, RemoteCheck, check
 from saphan.refusals import Refusal
 from saphan.store import Store
 from saphan.store.rows import RunRow, Slot
@@ -25,18 +25,22 @@ def holder_of(run: RunRow) -> Holder:
     )
 
 
-def holder_liveness(run: RunRow) -> Liveness:
-    return check(holder_of(run))
+def holder_liveness(run: RunRow, remote: RemoteCheck | None = None) -> Liveness:
+    """``remote`` reads holders on another machine (saphan.remote); without
+    it, a holder on another host is "unknown" and counted as alive."""
+    return check(holder_of(run), remote)
 
 
-def recover_dead_holders(store: Store, slot: Slot) -> list[tuple[RunRow, Liveness]]:
+def recover_dead_holders(
+    store: Store, slot: Slot, remote: RemoteCheck | None = None
+) -> list[tuple[RunRow, Liveness]]:
     """Test every live run on the slot; finalise the dead ones by id.
 
     Returns the runs still holding, with their liveness ("alive" or "unknown").
     """
     holding: list[tuple[RunRow, Liveness]] = []
     for run in store.live_runs(slot.machine, slot.name):
-        life = holder_liveness(run)
+        life = holder_liveness(run, remote)
         if life.state == "dead":
             record = run.record()
             record.setdefault("notes", []).append(
@@ -55,7 +59,8 @@ def recover_dead_holders(store: Store, slot: Slot) -> list[tuple[RunRow, Livenes
 
 
 def reserve_seat(
-    store: Store, slot: Slot, *, run_id: str, tool: str, workdir: str | None, holder: Holder
+    store: Store, slot: Slot, *, run_id: str, tool: str, workdir: str | None, holder: Holder,
+    remote: RemoteCheck | None = None,
 ) -> int:
     """The ordinal this run holds, or the ``seat-full`` refusal."""
     args = dict(
@@ -65,12 +70,12 @@ def reserve_seat(
     ordinal = store.reserve(**args)  # type: ignore[arg-type]
     if ordinal is not None:
         return ordinal
-    recover_dead_holders(store, slot)
+    recover_dead_holders(store, slot, remote)
     ordinal = store.reserve(**args)  # type: ignore[arg-type]
     if ordinal is not None:
         return ordinal
     # Read again for the message: what holds the seat now.
-    holding = [(r, holder_liveness(r)) for r in store.live_runs(slot.machine, slot.name)]
+    holding = [(r, holder_liveness(r, remote)) for r in store.live_runs(slot.machine, slot.name)]
     raise Refusal(
         "seat-full",
         seat_full_message(slot, holding),

@@ -26,6 +26,8 @@ def _engine(ctx: click.Context) -> Engine:
     obj = ctx.find_root().obj
     if obj.get("engine") is None:
         obj["engine"] = Engine(obj.get("home"))
+        # SSH connections (and the store) are closed when the command ends.
+        ctx.find_root().call_on_close(obj["engine"].close)
     engine: Engine = obj["engine"]
     return engine
 
@@ -144,6 +146,12 @@ def machine_add(
     """Register a machine."""
     m = _engine(ctx).add_machine(name, local=local, ssh=ssh, identity=identity)
     click.echo(f"added machine {m.name} ({m.address()})")
+    if m.host_key:
+        from saphan.transport.ssh import HostKey
+
+        key = HostKey(m.host_key)
+        click.echo(f"pinned host key {key.type} {key.fingerprint}: compare it with the "
+                   f"machine's own `ssh-keygen -lf` of its host key; any other key is refused")
 
 
 @machine.command("list")
@@ -178,6 +186,10 @@ def machine_show(ctx: click.Context, name: str, as_json: bool) -> None:
     for k in ("name", "transport", "address", "identity_file", "host_key", "created_at"):
         if value.get(k) is not None:
             click.echo(f"{k}: {value[k]}")
+        if k == "host_key" and value.get(k):
+            from saphan.transport.ssh import fingerprint
+
+            click.echo(f"host_key_fingerprint: {fingerprint(value[k])}")
     click.echo("slots:" if value["slots"] else "slots: none")
     for s in value["slots"]:
         click.echo(f"  {s['slot']}  tool={s['tool']}  max_sessions={s['max_sessions']}")
@@ -196,7 +208,8 @@ def machine_probe_confinement(ctx: click.Context, name: str, as_json: bool) -> N
 
     The measured value is written onto the machine's signed row; it is the
     only way that value is ever written. There is deliberately no option to
-    type a level, override it or force it.
+    type a level, override it or force it. On an SSH machine the launcher
+    delivered by `saphan machine deliver` measures, on that machine.
     """
     value = _engine(ctx).probe_confinement(name)
     if as_json:
@@ -209,6 +222,69 @@ def machine_probe_confinement(ctx: click.Context, name: str, as_json: bool) -> N
     click.echo(f"{name}: landlock level {value['level']} ({value['reason']}, kernel "
                f"{value['kernel_release']}) {verdict}; measured with saphan-launcher "
                f"{value['launcher_version']} sha256:{value['launcher_sha256']}")
+
+
+@machine.command("deliver")
+@click.argument("names", nargs=-1, metavar="[MACHINE]...")
+@click.option("--all", "all_machines", is_flag=True, help="Every --ssh machine.")
+@click.option("--probe", is_flag=True,
+              help="Then measure each machine's Landlock level with the launcher just "
+                   "installed (as probe-confinement does).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def machine_deliver(
+    ctx: click.Context, names: tuple[str, ...], all_machines: bool, probe: bool, as_json: bool
+) -> None:
+    """Install saphan-launcher on SSH machines, in parallel.
+
+    Each machine receives it under a temporary name, computes its SHA-256
+    itself (`sha256sum < FILE`, under `set -eu`), and only a match is moved
+    into place as ~/.saphan/bin/saphan-launcher; the installed file's digest
+    and --version are then re-resolved there and written onto the machine's
+    signed row. Any mismatch is refused (digest-mismatch) and the previously
+    installed launcher stays. Exit 3 if any machine refused, 1 if any failed.
+    """
+    engine = _engine(ctx)
+    count = len(names) or len([m for m in engine.machines() if m.transport == "ssh"])
+    if as_json:
+        results = engine.deliver(list(names), all_machines=all_machines, probe=probe)
+        _emit_json(results)
+    else:
+        with click.progressbar(
+            length=max(count, 1), label="delivering saphan-launcher", file=sys.stderr,
+            show_pos=True, item_show_func=lambda item: item,
+        ) as bar:
+            def done(res: dict[str, Any]) -> None:
+                bar.update(1, f"{res['machine']}: {res['result']}")
+
+            results = engine.deliver(list(names), all_machines=all_machines, probe=probe,
+                                     on_done=done)
+        rows = []
+        for res in results:
+            landlock = ""
+            if "probe" in res:
+                landlock = f"level {res['probe']['level']}"
+            elif "probe_error" in res:
+                landlock = "probe failed"
+            detail = (res.get("refusal") or {}).get("class") or res.get("error", "")
+            rows.append([res["machine"], res["result"], (res.get("sha256") or "")[:16],
+                         res.get("version", ""), landlock, detail if res["result"] != "installed"
+                         else res.get("path", "")])
+        headers = ["machine", "result", "sha256", "version"]
+        if probe:
+            headers.append("landlock")
+        else:
+            rows = [r[:4] + r[5:] for r in rows]
+        _table([*headers, "detail"], rows)
+        for res in results:
+            if res["result"] != "installed":
+                click.echo(f"{res['machine']}: {res['error']}", err=True)
+            if "probe_error" in res:
+                click.echo(f"{res['machine']}: probe: {res['probe_error']}", err=True)
+    if any(r["result"] == "refused" for r in results):
+        ctx.exit(3)
+    if any(r["result"] == "error" or "probe_error" in r for r in results):
+        ctx.exit(EXIT_FAILED)
 
 
 @machine.command("remove")
@@ -295,7 +371,8 @@ def slot_set(ctx: click.Context, machine_name: str, slot_name: str, max_sessions
 @click.option("--machine", "machine_name", required=True, help="Machine to run on.")
 @click.option("--slot", "slot_name", required=True, help="Slot on that machine.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
-              help="Working directory (default: the current one). The only tree the run may write.")
+              help="Working directory (default: the current one). The only tree the run may write. "
+                   "On an SSH machine: required, an absolute path there.")
 @click.option("--repo", type=click.Path(file_okay=False), default=None,
               help="Run in a new linked worktree of this git repository, on branch "
                    "saphan/<run-id> (made outside the boundary; the run can commit there).")
@@ -307,22 +384,43 @@ def slot_set(ctx: click.Context, machine_name: str, slot_name: str, max_sessions
               help="Enforce writes with saphan-launcher's Landlock domain (needs a probed "
                    "machine at or above the floor) instead of the platform's own boundary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final record as JSON.")
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("--prompt", default=None, metavar="TEXT",
+              help="Agent slots (claude, codex): the task. Passed to the tool on stdin.")
+@click.option("--prompt-file", type=click.Path(dir_okay=False), default=None,
+              help="Agent slots: read the task from FILE.")
+@click.option("--model", default=None, metavar="NAME",
+              help="Agent slots: the model; pinned on the tool's command line, nothing else.")
+@click.option("--permission-class", "permission_class", type=click.Path(dir_okay=False),
+              default=None, help="A permission class JSON file (see `saphan policy check`).")
+@click.option("--resume", "resume", default=None, metavar="RUN",
+              help="Agent slots: continue RUN's tool session, explicitly and on the record "
+                   "(the only way a session is ever continued).")
+@click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 @click.pass_context
 def run(
     ctx: click.Context, machine_name: str, slot_name: str, workdir: str | None,
     repo: str | None, base_ref: str | None, keep_worktree: bool, boundary: str | None,
-    as_json: bool, command: tuple[str, ...],
+    as_json: bool, prompt: str | None, prompt_file: str | None, model: str | None,
+    permission_class: str | None, resume: str | None, command: tuple[str, ...],
 ) -> None:
     """Run COMMAND inside the write boundary: saphan run --machine M --slot S -- CMD ARGS…
+
+    On a claude or codex slot, give the task instead of a command:
+    saphan run --machine M --slot S --prompt TEXT [--model NAME] [--resume RUN]
 
     The run's output streams here and to $SAPHAN_HOME/runs/<id>/. Exit status:
     0 when the command exited 0, 1 when it failed, 3 when refused.
     """
+    from saphan.tools.launch import Request
+
     engine = _engine(ctx)
+    request = None
+    if any(v is not None for v in (prompt, prompt_file, model, permission_class, resume)):
+        request = Request(prompt=prompt, prompt_file=prompt_file, model=model,
+                          permission_class=permission_class, resume=resume)
     record = engine.run(machine_name, slot_name, list(command), workdir=workdir,
                         stream=not as_json, boundary=boundary, repo=repo, base_ref=base_ref,
-                        keep_worktree=keep_worktree)
+                        keep_worktree=keep_worktree, request=request)
     if as_json:
         click.echo(record.to_json())
     else:
@@ -392,6 +490,13 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             click.echo(f"read denials by: {outer['mechanism']} {outer['version']}")
     else:
         click.echo("enforced_by: nothing (the run did not start)")
+    for line in (enforced or {}).get("pinned_settings") or []:
+        click.echo(f"pinned:      {line}")
+    if d.get("tool_policy"):
+        click.echo(f"policy:      permission mode {d['tool_policy']['permission_mode']} "
+                   "(the tool's own policy, not a boundary)")
+    if d.get("resumes"):
+        click.echo(f"resumes:     run {d['resumes']['run']} (session {d['resumes']['session']})")
     for path in d.get("writable") or []:
         click.echo(f"writable:    {path}")
     for path in (d.get("policy") or {}).get("read_denials", []):
@@ -414,6 +519,28 @@ def runs_finalize(ctx: click.Context, run_id: str, reason: str) -> None:
     """End a live run's row by hand (recorded). Use when a holder is stuck."""
     record = _engine(ctx).finalize(run_id, reason=reason)
     click.echo(f"finalised run {record.id} (outcome {record.outcome})")
+
+
+# -- permission classes -----------------------------------------------------------
+
+@cli.group()
+def policy() -> None:
+    """Permission classes: what an agent is permitted to do."""
+
+
+@policy.command("check")
+@click.argument("path", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def policy_check(path: str, as_json: bool) -> None:
+    """Validate a permission class file and print what it allows."""
+    from saphan.tools import permission_class
+
+    pc = permission_class.load(path)
+    if as_json:
+        _emit_json(pc.as_record())
+        return
+    for line in permission_class.describe(pc):
+        click.echo(line)
 
 
 # -- launcher -------------------------------------------------------------------
@@ -470,6 +597,10 @@ def main() -> None:
 
         if isinstance(e, StoreError):
             _fail(EXIT_FAILED, f"error: store: {e}")
+        from saphan.errors import TransportError
+
+        if isinstance(e, TransportError):
+            _fail(EXIT_FAILED, f"error: ssh: {e}")
         if isinstance(e, Interrupted):
             _fail(128 + e.signum, f"saphan: {e}; the run was finalised")
         raise

@@ -20,6 +20,8 @@ CONFINEMENT_MODES = ("engine", "vendor")
 SCHEMA: dict[str, dict[str, type]] = {
     "run": {"confinement": str},
     "database": {"url": str},
+    "ssh": {"connect_timeout": int, "command_timeout": int},
+    "codex": {"base_url": str, "env_key": str},
 }
 
 DEFAULT_TEXT = """\
@@ -43,6 +45,14 @@ class Config:
     path: Path
     confinement: str
     database_url: str
+    #: seconds to reach an SSH machine and finish the handshake
+    ssh_connect_timeout: int = 10
+    #: seconds one non-streaming SSH command may take (a run has no limit)
+    ssh_command_timeout: int = 120
+    #: Codex's model provider, pinned on its command line when set ([codex])
+    codex_base_url: str | None = None
+    #: the variable holding that provider's API key
+    codex_env_key: str | None = None
 
 
 def load(path: Path) -> Config:
@@ -81,7 +91,17 @@ def load(path: Path) -> Config:
             f"{path}: database.url {url!r} is neither \"sqlite\", \"sqlite:///PATH\" "
             "nor a postgresql:// URL"
         )
-    return Config(path=path, confinement=run.get("confinement", "engine"), database_url=url)
+    ssh = data.get("ssh", {})
+    for key in ("connect_timeout", "command_timeout"):
+        if key in ssh and ssh[key] < 1:
+            raise UserError(f"{path}: ssh.{key} is {ssh[key]}; give a number of seconds >= 1")
+    return Config(
+        path=path, confinement=run.get("confinement", "engine"), database_url=url,
+        ssh_connect_timeout=ssh.get("connect_timeout", 10),
+        ssh_command_timeout=ssh.get("command_timeout", 120),
+        codex_base_url=data.get("codex", {}).get("base_url"),
+        codex_env_key=data.get("codex", {}).get("env_key"),
+    )
 
 
 def confinement_mode(config: Config) -> str:

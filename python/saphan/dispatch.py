@@ -24,6 +24,7 @@ from saphan.transport import local
 if TYPE_CHECKING:
     from saphan.engine import Engine
     from saphan.records import RunRecord
+    from saphan.tools.adapter import Adapter
     from saphan.worktrees import RepoSpec
 
 #: What each mechanism does not restrict, written into every record it enforces.
@@ -57,7 +58,11 @@ def execute_local(
     agent_sha256: str | None = None,
     repo: RepoSpec | None = None,
     keep_worktree: bool = True,
+    adapter: Adapter | None = None,
 ) -> RunRecord:
+    """``adapter`` (an agent tool) composes ``argv`` from the derived policy
+    and may confine itself (tools/adapter.py); the argv guard then checks the
+    final command line right before launch."""
     store = engine.store
     ws = engine.workspace
     run_id = base["id"]
@@ -79,24 +84,34 @@ def execute_local(
         policy = derive(
             wd,
             return_path=str(out_dir),
+            session_dirs=adapter.session_dirs() if adapter is not None else (),
             read_denials=(str(ws.key_path), str(ws.config_path)),
         )
-        if boundary_choice == "landlock":
+        vendor = adapter.vendor_boundary(policy) if adapter is not None else None
+        if vendor is not None:
+            boundary = vendor
+        elif boundary_choice == "landlock":
             assert agent_sha256 is not None
             boundary = _compose_landlock(engine, slot.machine, policy, agent_sha256)
         else:
             boundary = compose_local(policy, run_dir=str(run_dir))
         os.makedirs(policy.scratch_dir, exist_ok=True)
+        if adapter is not None:
+            argv = adapter.argv(policy)
         record.update(
             {
                 "enforced_by": boundary.record(),
                 "policy": policy.as_record(),
                 "writable": policy.writable_set(),
-                "notes": [*policy.notes, NOT_RESTRICTED[boundary.mechanism]],
+                "notes": [*policy.notes, NOT_RESTRICTED.get(boundary.mechanism)
+                          or boundary.extra["not_restricted"]],
                 "return_path": str(out_dir),
                 "boundary_argv": boundary.prefix,
             }
         )
+        if adapter is not None:
+            record.update({"argv": argv, **adapter.record(policy)})
+            adapter.guard([*boundary.prefix, *argv])
         env = dict(os.environ)
         env["TMPDIR"] = policy.scratch_dir
         env["SAPHAN_RUN_ID"] = run_id
@@ -105,11 +120,13 @@ def execute_local(
         engine.write_record_file({**record, "state": "running"})
         finished = local.run(
             [*boundary.prefix, *argv], cwd=wd, run_dir=str(run_dir), env=env,
-            stream=stream,
+            stream=stream, stdin_path=adapter.stdin_path if adapter is not None else None,
         )
         exit_code = finished.exit_code
         outcome = "exited" if exit_code == 0 else "failed"
         record["output"] = {"stdout": finished.stdout_path, "stderr": finished.stderr_path}
+        if adapter is not None:
+            record.update(adapter.after_run(finished.stdout_path))
         if boundary.mechanism == "landlock":
             record["enforced_by"]["confirmation"] = _confirmation(finished.stderr_path)
     except Refusal as refusal:

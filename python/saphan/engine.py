@@ -17,7 +17,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,10 +31,12 @@ from saphan.refusals import Refusal
 from saphan.store import Store, open_store
 from saphan.store.rows import Machine, RunRow, Slot
 from saphan.timefmt import now_iso
-from saphan.tools import DISPATCHABLE, TOOLS
+from saphan.tools import AGENT_TOOLS, DISPATCHABLE, TOOLS
 
 if TYPE_CHECKING:
-    from saphan import liveness
+    from saphan import liveness, worktrees
+    from saphan.tools.launch import Request as AgentRequest
+    from saphan.transport.ssh import SSHConnection
 from saphan.workspace import Workspace
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -62,6 +64,7 @@ class Engine:
         self.workspace = Workspace.resolve(home)
         self._config: Config | None = None
         self._store: Store | None = None
+        self._ssh: dict[str, SSHConnection] = {}
 
     # -- workspace -------------------------------------------------------------
     def init(self, database_url: str | None = None) -> list[str]:
@@ -97,6 +100,9 @@ class Engine:
         return self._store
 
     def close(self) -> None:
+        for conn in self._ssh.values():
+            conn.close()
+        self._ssh.clear()
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -133,9 +139,20 @@ class Engine:
             port = int(m.group("port") or 22)
             if not 0 < port < 65536:
                 raise UserError(f"--ssh port {port} is out of range 1-65535")
+            if self.store.get_machine(name) is not None:
+                raise UserError(
+                    f"machine {name!r} already exists; pick another name or "
+                    f"`saphan machine remove {name}` first"
+                )
+            from saphan.transport.ssh import fetch_host_key
+
+            host = m.group("host").strip("[]")
+            # Pinned now, shown as a fingerprint; every later connection trusts
+            # exactly this key and refuses any other (transport/ssh.py).
+            key = fetch_host_key(name, host, port, timeout=self.config.ssh_connect_timeout)
             machine = Machine(
-                name, "ssh", ssh_user=m.group("user"), ssh_host=m.group("host").strip("[]"),
-                ssh_port=port, identity_file=ident, created_at=now_iso(),
+                name, "ssh", ssh_user=m.group("user"), ssh_host=host, ssh_port=port,
+                identity_file=ident, host_key=key.line, created_at=now_iso(),
             )
         if not self.store.add_machine(machine):
             raise UserError(
@@ -174,44 +191,183 @@ class Engine:
     def probe_confinement(self, name: str) -> dict[str, Any]:
         """Measure the machine's Landlock level with saphan-launcher and write
         it onto the machine's signed row. The only writer of that fact; there
-        is no way to type a level in."""
+        is no way to type a level in. On an SSH machine the delivered launcher
+        measures, on that machine, over its pinned connection."""
+        m = self.machine(name)
+        if m.transport == "ssh":
+            from saphan import remote
+
+            delivered = self._delivered_launcher(name)
+            out, err, code = remote.probe(self.ssh(m), delivered["path"])
+            value = _probe_value(name, m.transport, out, err, code)
+            _check_probed_launcher(name, value, delivered)
+            return self._record_probe(name, value)
         import subprocess
 
         from saphan import launcher
-        from saphan.records import sign_fact
 
-        m = self.machine(name)
-        if m.transport != "local":
-            raise UserError(
-                f"machine {name!r} is reached over SSH, and this build probes only --local machines"
-            )
         path = launcher.path()
         if path is None:
             raise UserError("saphan-launcher not found; run ci/setup (it builds and packages it)")
-        out = subprocess.run([path, "probe"], capture_output=True, text=True, timeout=60,
-                             check=False)
-        try:
-            measured = json.loads(out.stdout.strip().splitlines()[-1])
-            value = {
-                "level": int(measured["landlock_abi"]),
-                "reason": str(measured["landlock_reason"]),
-                "kernel_release": str(measured["kernel_release"]),
-                "launcher_version": str(measured["launcher_version"]),
-                "launcher_sha256": str(measured["launcher_sha256"]),
-                "floor": int(measured["floor"]),
-                "highest_known": int(measured["highest_known"]),
-                "transport": m.transport,
-            }
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise UserError(
-                f"the launcher's probe on {name} did not answer with its JSON line "
-                f"(exit {out.returncode}): {(out.stderr or out.stdout).strip()[:300]}"
-            ) from None
+        done = subprocess.run([path, "probe"], capture_output=True, text=True, timeout=60,
+                              check=False)
+        return self._record_probe(
+            name, _probe_value(name, m.transport, done.stdout, done.stderr, done.returncode)
+        )
+
+    def _record_probe(self, name: str, value: dict[str, Any]) -> dict[str, Any]:
         from saphan.confine.landlock_gate import FACT_KIND
+        from saphan.records import sign_fact
 
         fact = sign_fact(self.workspace.record_key(), name, FACT_KIND, value, now_iso())
         self.store.put_fact(fact)
         return {"machine": name, "measured_at": fact.measured_at, **value}
+
+    def _delivered_launcher(self, name: str) -> dict[str, Any]:
+        from saphan.remote import FACT_KIND
+
+        fact = self.verified_fact(name, FACT_KIND)
+        if fact is None:
+            raise UserError(
+                f"no saphan-launcher has been delivered to {name}; deliver it first: "
+                f"`saphan machine deliver {name}`"
+            )
+        return fact[0]
+
+    # -- SSH machines ----------------------------------------------------------
+    def ssh(self, m: Machine) -> SSHConnection:
+        """The machine's connection, opened on first use and reused by every
+        operation until :meth:`close`."""
+        from saphan.transport.ssh import SSHConnection
+
+        conn = self._ssh.get(m.name)
+        if conn is None or conn.machine != m:
+            conn = SSHConnection(
+                m, connect_timeout=self.config.ssh_connect_timeout,
+                command_timeout=self.config.ssh_command_timeout,
+            )
+            self._ssh[m.name] = conn
+        conn.connect()
+        return conn
+
+    def remote_liveness(self, m: Machine) -> liveness.RemoteCheck | None:
+        """Reads holders of runs on SSH machine ``m`` over its transport."""
+        if m.transport != "ssh":
+            return None
+        from saphan import remote
+        from saphan.errors import TransportError
+        from saphan.liveness import Holder, Liveness
+
+        tag = remote.holder_host(m)
+
+        def check(holder: Holder) -> Liveness | None:
+            if holder.host != tag:
+                return None
+            try:
+                conn = self.ssh(m)
+            except TransportError as e:
+                return Liveness("unknown", str(e))
+            return remote.holder_liveness(conn, holder)
+
+        return check
+
+    def deliver(
+        self,
+        names: Sequence[str],
+        *,
+        all_machines: bool = False,
+        probe: bool = False,
+        on_done: Callable[[dict[str, Any]], None] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Deliver saphan-launcher to SSH machines, in parallel (one thread and
+        one connection per machine); with ``probe``, measure each machine's
+        Landlock level with the launcher just installed. Every signed row is
+        written here, on the calling thread. Returns one result per machine
+        (``result``: installed / refused / error), in the order given."""
+        import subprocess
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        from saphan import launcher, remote
+        from saphan.errors import TransportError
+        from saphan.records import sign_fact
+        from saphan.transport.ssh import SSHConnection
+
+        if all_machines == bool(names):
+            raise UserError("name the machines to deliver to, or give --all (not both)")
+        machines = ([x for x in self.machines() if x.transport == "ssh"] if all_machines
+                    else [self.machine(n) for n in dict.fromkeys(names)])
+        for x in machines:
+            if x.transport != "ssh":
+                raise UserError(
+                    f"machine {x.name!r} is local: its launcher ships inside the saphan package; "
+                    "deliver only to --ssh machines"
+                )
+        if not machines:
+            raise UserError("there are no --ssh machines to deliver to; add one first")
+        path = launcher.path()
+        if path is None:
+            raise UserError("saphan-launcher not found; run ci/setup (it builds and packages it)")
+        from saphan import _native
+
+        with open(path, "rb") as f:
+            data = f.read()
+        sha = _native.sha256_file(path)
+        import hashlib
+
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise UserError(f"{path} changed while it was read; deliver again")
+        version = subprocess.run([path, "--version"], capture_output=True, text=True,
+                                 timeout=30, check=False).stdout.strip()
+        key = self.workspace.record_key()
+        previous: dict[str, str | None] = {}
+        for x in machines:
+            try:
+                prev = self.verified_fact(x.name, remote.FACT_KIND)
+            except Refusal:
+                prev = None
+            previous[x.name] = prev[0].get("sha256") if prev else None
+
+        def work(x: Machine) -> dict[str, Any]:
+            out: dict[str, Any] = {"machine": x.name, "address": x.address()}
+            try:
+                with SSHConnection(x, connect_timeout=self.config.ssh_connect_timeout,
+                                   command_timeout=self.config.ssh_command_timeout) as conn:
+                    got = remote.deliver(conn, data, sha256=sha, version=version,
+                                         previous=previous[x.name])
+                    out.update({"result": "installed", "path": got.path, "sha256": got.sha256,
+                                "version": got.version})
+                    if probe:
+                        out["probe_raw"] = remote.probe(conn, got.path)
+            except Refusal as r:
+                out.update({"result": "refused", "refusal": r.as_dict(), "error": r.render()})
+            except TransportError as e:
+                out.update({"result": "error", "error": f"error: {e}"})
+            return out
+
+        results: dict[str, dict[str, Any]] = {}
+        with ThreadPoolExecutor(max_workers=min(16, len(machines))) as pool:
+            futures = [pool.submit(work, x) for x in machines]
+            for fut in as_completed(futures):
+                res = fut.result()
+                if res["result"] == "installed":
+                    value = {"path": res["path"], "sha256": res["sha256"],
+                             "version": res["version"], "transport": "ssh",
+                             "measured_by": "sha256sum and --version on the machine itself"}
+                    fact = sign_fact(key, res["machine"], remote.FACT_KIND, value, now_iso())
+                    self.store.put_fact(fact)
+                    res["delivered_at"] = fact.measured_at
+                raw = res.pop("probe_raw", None)
+                if raw is not None:
+                    try:
+                        measured = _probe_value(res["machine"], "ssh", *raw)
+                        _check_probed_launcher(res["machine"], measured, res)
+                        res["probe"] = self._record_probe(res["machine"], measured)
+                    except (UserError, Refusal) as e:
+                        res["probe_error"] = str(e)
+                results[res["machine"]] = res
+                if on_done is not None:
+                    on_done(res)
+        return [results[x.name] for x in machines]
 
     def remove_machine(self, name: str) -> None:
         self.machine(name)
@@ -266,9 +422,10 @@ class Engine:
         from saphan.capacity import holder_liveness
 
         self.slot(machine, slot)
+        far = self.remote_liveness(self.machine(machine))
         out = []
         for run in self.store.live_runs(machine, slot):
-            life = holder_liveness(run)
+            life = holder_liveness(run, far)
             out.append(
                 {
                     "ordinal": run.session_ordinal,
@@ -333,6 +490,7 @@ class Engine:
         repo: str | os.PathLike[str] | None = None,
         base_ref: str | None = None,
         keep_worktree: bool = True,
+        request: AgentRequest | None = None,
     ) -> RunRecord:
         """Cast, reserve, compose, dispatch, record. Returns the finished record.
 
@@ -343,12 +501,13 @@ class Engine:
         "landlock" for saphan-launcher behind the Landlock gate. ``repo``
         runs in a new linked worktree of that repository on branch
         ``saphan/<run-id>`` (from ``base_ref``, default HEAD), kept afterwards
-        unless ``keep_worktree`` is False.
+        unless ``keep_worktree`` is False. ``request`` is the task for an
+        agent slot (claude, codex): prompt, model, permission class, resume.
         """
         from saphan.dispatch import execute_local
 
         command = list(argv)
-        if not command:
+        if not command and request is None:
             raise UserError("nothing to run: give the command after `--`")
         from saphan.liveness import current_holder
 
@@ -384,11 +543,14 @@ class Engine:
             )
         if boundary not in (None, "landlock"):
             raise UserError(f"--boundary {boundary!r} is unknown; omit it or use `landlock`")
-        if m.transport != "local":
-            raise UserError(
-                f"machine {machine!r} is reached over SSH, and this build dispatches only to "
-                "--local machines"
-            )
+        _check_request_fits(s, m, command, request, boundary)
+        if m.transport == "ssh":
+            from saphan.dispatch_remote import run_remote
+
+            if request is not None and request.permission_class is not None:
+                _check_command_class(request.permission_class, command[0])
+            return run_remote(self, s, m, base, command, workdir=workdir, repo=repo,
+                              holder=holder, boundary=boundary, stream=stream)
         from saphan import worktrees
 
         spec = worktrees.resolve_repo(os.fspath(repo), base_ref) if repo is not None else None
@@ -401,6 +563,11 @@ class Engine:
             self._record_refused(base, s.tool, holder, missing)
             raise missing
         self._check_workdir_apart(wd)
+        if request is not None and s.tool in AGENT_TOOLS:
+            return self._run_agent(s, base, wd, holder, request, mode, stream=stream,
+                                   boundary=boundary, spec=spec, keep_worktree=keep_worktree)
+        if request is not None and request.permission_class is not None:
+            _check_command_class(request.permission_class, command[0])
         resolved = shutil.which(command[0], path=os.environ.get("PATH"))
         if resolved is None:
             raise UserError(f"command {command[0]!r} not found on PATH; give its absolute path")
@@ -422,6 +589,33 @@ class Engine:
         return execute_local(
             self, s, base, command, wd, stream=stream, boundary_choice=boundary,
             agent_sha256=base["agent"]["sha256"], repo=spec, keep_worktree=keep_worktree,
+        )
+
+    def _run_agent(
+        self, s: Slot, base: dict[str, Any], wd: str, holder: liveness.Holder,
+        request: AgentRequest, mode: str, *, stream: bool, boundary: str | None,
+        spec: worktrees.RepoSpec | None, keep_worktree: bool,
+    ) -> RunRecord:
+        """An agent slot: the adapter composes the command line (tools/)."""
+        from saphan.capacity import reserve_seat
+        from saphan.dispatch import execute_local
+        from saphan.tools.launch import prepare
+
+        adapter = prepare(self, s.tool, request, workdir=wd, run_id=base["id"],
+                          confinement=mode, run_dir=self.workspace.run_dir(base["id"]))
+        base["agent"] = adapter.binary.as_record()
+        try:
+            ordinal = reserve_seat(
+                self.store, s, run_id=base["id"], tool=s.tool, workdir=wd, holder=holder
+            )
+        except Refusal as refusal:
+            self._record_refused(base, s.tool, holder, refusal)
+            raise
+        base["session_ordinal"] = ordinal
+        return execute_local(
+            self, s, base, [], wd, stream=stream, boundary_choice=boundary,
+            agent_sha256=adapter.binary.sha256, repo=spec, keep_worktree=keep_worktree,
+            adapter=adapter,
         )
 
     def _check_workdir_apart(self, wd: str) -> None:
@@ -465,3 +659,78 @@ class Engine:
         tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         tmp.replace(path)
         return path
+
+
+def _check_request_fits(
+    s: Slot, m: Machine, command: list[str], request: AgentRequest | None, boundary: str | None
+) -> None:
+    """An agent slot takes a task, never a command line; a command slot the reverse."""
+    if s.tool in AGENT_TOOLS:
+        if command:
+            raise UserError(
+                f"slot {s.name!r} runs {s.tool}, whose command line saphan composes: give the "
+                "task with --prompt TEXT or --prompt-file FILE, not a command after `--`"
+            )
+        if request is None:
+            raise UserError(f"slot {s.name!r} runs {s.tool}: give the task with --prompt TEXT "
+                            "or --prompt-file FILE")
+        if m.transport == "ssh":
+            raise UserError(f"{s.tool} runs on --local machines in this build; machine "
+                            f"{m.name!r} is reached over SSH")
+        if s.tool == "codex" and boundary is not None:
+            raise UserError("Codex confines itself (the engine's boundary cannot nest around "
+                            "its sandbox); drop --boundary for a codex slot")
+        return
+    if request is not None and (request.prompt is not None or request.prompt_file is not None
+                                or request.model is not None or request.resume is not None):
+        raise UserError(f"slot {s.name!r} runs tool {s.tool!r}: --prompt, --prompt-file, "
+                        "--model and --resume are for claude and codex slots")
+    if not command:
+        raise UserError("nothing to run: give the command after `--`")
+
+
+def _check_command_class(path: str, argv0: str) -> None:
+    """A command slot's permission class: the command's base name, exact token."""
+    from saphan.tools import permission_class
+
+    pc = permission_class.load(path)
+    if not pc.allows(argv0):
+        raise UserError(
+            f"permission class {pc.source} allows the commands "
+            f"{', '.join(pc.commands) or '(none)'} (exact base name); "
+            f"{os.path.basename(argv0)!r} is not one of them"
+        )
+
+
+def _probe_value(name: str, transport: str, stdout: str, stderr: str, code: int) -> dict[str, Any]:
+    """The Landlock row's value from the launcher's ``probe`` JSON line — the
+    same shape whether the launcher ran here or on a far machine."""
+    try:
+        measured = json.loads(stdout.strip().splitlines()[-1])
+        return {
+            "level": int(measured["landlock_abi"]),
+            "reason": str(measured["landlock_reason"]),
+            "kernel_release": str(measured["kernel_release"]),
+            "launcher_version": str(measured["launcher_version"]),
+            "launcher_sha256": str(measured["launcher_sha256"]),
+            "floor": int(measured["floor"]),
+            "highest_known": int(measured["highest_known"]),
+            "transport": transport,
+        }
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise UserError(
+            f"the launcher's probe on {name} did not answer with its JSON line "
+            f"(exit {code}): {(stderr or stdout).strip()[:300]}"
+        ) from None
+
+
+def _check_probed_launcher(name: str, value: dict[str, Any], delivered: dict[str, Any]) -> None:
+    """The launcher that measured must be the one delivered."""
+    if value["launcher_sha256"] != delivered["sha256"]:
+        raise Refusal(
+            "digest-mismatch",
+            f"the launcher that probed {name} reports sha256 {value['launcher_sha256']}, but "
+            f"sha256 {delivered['sha256']} was delivered to {delivered['path']}; no level was "
+            "recorded",
+            f"deliver it again: `saphan machine deliver {name} --probe`",
+        )

@@ -5,12 +5,18 @@ that was reused by a new process is not mistaken for the holder, and a holder
 from before a reboot is known dead. When liveness cannot be determined (a
 holder on another host) the answer is "unknown", which callers treat as alive:
 refuse rather than double-book.
+
+A holder on a remote runner is read over that machine's own transport: the
+engine passes :func:`check` a :data:`RemoteCheck` that recognises the
+holders it can read (saphan.remote) and answers with the same verdicts,
+computed by the same :func:`judge`. Unreachable is "unknown".
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
@@ -62,31 +68,49 @@ def current_holder() -> Holder:
     return Holder(this_host(), pid, process_start_ticks(pid), boot_id())
 
 
-def check(holder: Holder) -> Liveness:
+#: Reads a holder on another machine; None when it is not one it can read.
+RemoteCheck = Callable[[Holder], Liveness | None]
+
+
+def check(holder: Holder, remote: RemoteCheck | None = None) -> Liveness:
+    if remote is not None:
+        far = remote(holder)
+        if far is not None:
+            return far
     if holder.host != this_host():
         return Liveness(
             "unknown", f"holder is on host {holder.host}; its liveness is not readable from here"
         )
-    here_boot = boot_id()
+    ticks: int | None = None
+    state: str | None = None
+    try:
+        with open(f"/proc/{holder.pid}/stat", "rb") as f:
+            # comm (field 2) may contain spaces and parentheses; it ends at the last ')'.
+            rest = f.read().rsplit(b")", 1)[1].split()
+        state, ticks = rest[0].decode(), int(rest[19])
+    except (OSError, IndexError, ValueError):
+        pass
+    return judge(holder, here_boot=boot_id(), ticks=ticks, state=state, where=holder.host)
+
+
+def judge(
+    holder: Holder, *, here_boot: str | None, ticks: int | None, state: str | None, where: str
+) -> Liveness:
+    """The verdict from what was read on the holder's host: its boot id now,
+    and the pid's start time and state (None when the pid does not exist)."""
     if holder.boot_id is None or here_boot is None or holder.start_ticks is None:
         return Liveness("unknown", "the holder's boot id or start time was not recorded")
     if holder.boot_id != here_boot:
         return Liveness("dead", f"host rebooted since (boot id {holder.boot_id} -> {here_boot})")
-    ticks = process_start_ticks(holder.pid)
     if ticks is None:
-        return Liveness("dead", f"pid {holder.pid} does not exist")
+        return Liveness("dead", f"pid {holder.pid} does not exist on {where}")
     if ticks != holder.start_ticks:
         return Liveness(
             "dead",
-            f"pid {holder.pid} was reused (start time {ticks} ticks, holder had "
+            f"pid {holder.pid} on {where} was reused (start time {ticks} ticks, holder had "
             f"{holder.start_ticks})",
         )
     # A zombie is dead for our purposes: it will never finalise its run.
-    try:
-        with open(f"/proc/{holder.pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-        if state in (b"Z", b"X"):
-            return Liveness("dead", f"pid {holder.pid} is a zombie")
-    except OSError:
-        return Liveness("dead", f"pid {holder.pid} exited")
-    return Liveness("alive", f"pid {holder.pid} on {holder.host} is running (start time {ticks})")
+    if state in ("Z", "X"):
+        return Liveness("dead", f"pid {holder.pid} on {where} is a zombie")
+    return Liveness("alive", f"pid {holder.pid} on {where} is running (start time {ticks})")

@@ -152,6 +152,13 @@ class Store:
     def mark_running(self, run_id: str) -> None:
         self.db.execute(q.MARK_RUNNING, (run_id,))
 
+    def set_holder(
+        self, run_id: str, holder: tuple[str, int, int | None, str | None]
+    ) -> None:
+        """Name the process that now holds a live run's seat (a far process)."""
+        host, pid, start_ticks, boot_id = holder
+        self.db.execute(q.SET_HOLDER, (host, pid, start_ticks, boot_id, run_id))
+
     def finalize(
         self,
         run_id: str,

@@ -71,6 +71,12 @@ ORDER BY session_ordinal"""
 
 MARK_RUNNING = "UPDATE runs SET state = 'running' WHERE id = ? AND finished_at IS NULL"
 
+# A remote run's holder becomes the far process once it has started.
+SET_HOLDER = """
+UPDATE runs
+SET holder_host = ?, holder_pid = ?, holder_start_ticks = ?, holder_boot_id = ?
+WHERE id = ? AND finished_at IS NULL"""
+
 # Finalise one run, by id, only if it is still live: finalising twice is a no-op.
 FINALIZE_RUN = """
 UPDATE runs

@@ -68,13 +68,17 @@ def run(
     run_dir: str,
     env: dict[str, str] | None = None,
     stream: bool = True,
+    stdin_path: str | None = None,
 ) -> Finished:
+    """Run ``argv``; stdin is /dev/null, or the file ``stdin_path`` (an agent's
+    prompt: never on the command line)."""
     out_path = os.path.join(run_dir, "stdout.log")
     err_path = os.path.join(run_dir, "stderr.log")
     got: list[int] = []
-    with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
+    with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f, \
+            open(stdin_path or os.devnull, "rb") as in_f:
         proc = subprocess.Popen(
-            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+            argv, cwd=cwd, env=env, stdin=in_f,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             preexec_fn=_die_with_saphan if sys.platform == "linux" else None,
         )

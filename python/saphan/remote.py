@@ -1,0 +1,365 @@
+"""The far side of the remote lane: what saphan asks a runner over SSH, and
+how it reads the answers.
+
+Every operation here is one shell script run by the far user's /bin/sh over
+the machine's :class:`~saphan.transport.ssh.SSHConnection` (one round trip),
+whose answer is parsed and checked on this side. Nothing the far side says is
+taken on trust where it matters: digests are compared here, and the session
+directory it reports is re-derived here (:func:`verify_session_dir`).
+
+    deliver       upload saphan-launcher, SHA-256 it THERE with the far
+                  machine's own sha256sum (through redirection, under set -eu),
+                  install it atomically, re-resolve digest and --version of the
+                  installed file; any mismatch keeps the previous launcher
+    probe         the delivered launcher's `probe` JSON line
+    preflight     the dial before a run: the far workdir (exists? resolved?),
+                  the launcher's identity, the agent's path and digest, and for
+                  a Claude slot this run's own session leaf, created there
+    holder        a far holder's liveness facts (boot id, /proc/PID/stat)
+
+Scripts use only POSIX sh and coreutils (sha256sum, mktemp, tr).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from saphan.errors import TransportError
+from saphan.liveness import Holder, Liveness
+from saphan.refusals import Refusal
+from saphan.store.rows import Machine
+from saphan.tools.session_key import session_key
+from saphan.transport.ssh import SSHConnection
+
+#: where delivery installs the launcher, relative to the far user's $HOME
+LAUNCHER_DIR = ".saphan/bin"
+LAUNCHER_NAME = "saphan-launcher"
+#: the signed fact a delivery writes: what is installed where, measured there
+FACT_KIND = "launcher"
+#: the devices a run may write, when the far machine has them
+DEVICES = ("/dev/null", "/dev/tty", "/dev/zero", "/dev/random", "/dev/urandom")
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def holder_host(m: Machine) -> str:
+    """How a far holder's host is written on a run row: never a bare host
+    name, so it is never mistaken for a process on the control plane."""
+    host = f"[{m.ssh_host}]" if m.ssh_host and ":" in m.ssh_host else m.ssh_host
+    return f"ssh://{m.ssh_user}@{host}:{m.ssh_port or 22}"
+
+
+def _q(value: str) -> str:
+    return shlex.quote(value)
+
+
+def _kv_lines(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+# -- delivery ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Delivered:
+    """What the far machine measured of the launcher it now has installed."""
+
+    path: str
+    sha256: str
+    version: str
+
+
+_UPLOAD = """\
+set -eu
+umask 077
+d="$HOME/{dir}"
+mkdir -p "$d"
+chmod go-w "$HOME/.saphan" "$d"
+t=$(mktemp "$d/.{name}.XXXXXXXX")
+printf 'temp=%s\\n' "$t"
+cat > "$t"
+s=$(sha256sum < "$t")
+printf 'sha256=%s\\n' "${{s%% *}}"
+"""
+
+_DISCARD = """\
+t={temp}
+case $t in "$HOME/{dir}/.{name}."*) rm -f -- "$t" ;; esac
+"""
+
+_INSTALL = """\
+set -eu
+umask 077
+t={temp}
+want_sha={sha}
+want_ver={version}
+f="$HOME/{dir}/{name}"
+case $t in "$HOME/{dir}/.{name}."*) ;; *) echo "not a saphan temp file: $t" >&2; exit 2 ;; esac
+chmod 0755 "$t"
+rm -f -- "$f.prev"
+if [ -e "$f" ]; then ln -f "$f" "$f.prev"; fi
+mv -f -- "$t" "$f"
+s=$(sha256sum < "$f")
+s=${{s%% *}}
+if v=$("$f" --version 2>&1); then :; else v="--version failed: $v"; fi
+printf 'path=%s\\nsha256=%s\\nversion=%s\\n' "$f" "$s" "$v"
+if [ "$s" = "$want_sha" ] && [ "$v" = "$want_ver" ]; then
+  rm -f -- "$f.prev"
+else
+  if [ -e "$f.prev" ]; then mv -f -- "$f.prev" "$f"; else rm -f -- "$f"; fi
+  printf 'restored=yes\\n'
+fi
+"""
+
+
+def deliver(conn: SSHConnection, data: bytes, *, sha256: str, version: str,
+            previous: str | None) -> Delivered:
+    """Install ``data`` (saphan-launcher, whose local digest is ``sha256`` and
+    ``--version`` line is ``version``) as ``~/.saphan/bin/saphan-launcher``.
+
+    Raises the refusal ``digest-mismatch`` when the far machine measures
+    anything else, after removing the upload and keeping what was installed
+    before (``previous`` names it in the message).
+    """
+    name = conn.name
+    kept = (f"the previously installed launcher (sha256 {previous}) is kept"
+            if previous else "no launcher was installed before, and none is now")
+    up = conn.run(_UPLOAD.format(dir=LAUNCHER_DIR, name=LAUNCHER_NAME), stdin=data)
+    got = _kv_lines(up.out)
+    temp = got.get("temp", "")
+    if up.exit_code != 0 or not _HEX64.match(got.get("sha256", "")):
+        if temp:
+            conn.run(_DISCARD.format(temp=_q(temp), dir=LAUNCHER_DIR, name=LAUNCHER_NAME))
+        raise TransportError(
+            name, f"machine {name}: the upload failed (exit {up.exit_code}): "
+            f"{up.err or up.out.strip() or 'no output'}; nothing was installed and {kept}"
+        )
+    if got["sha256"] != sha256:
+        conn.run(_DISCARD.format(temp=_q(temp), dir=LAUNCHER_DIR, name=LAUNCHER_NAME))
+        raise Refusal(
+            "digest-mismatch",
+            f"the launcher uploaded to {name} measures sha256 {got['sha256']} there (its own "
+            f"sha256sum), but the launcher sent is sha256 {sha256}; the upload was removed, "
+            f"nothing was installed, and {kept}",
+            f"deliver again (`saphan machine deliver {name}`); if it recurs, investigate "
+            f"{name}: something between here and its disk changes the bytes",
+        )
+    inst = conn.run(_INSTALL.format(
+        temp=_q(temp), sha=_q(sha256), version=_q(version), dir=LAUNCHER_DIR,
+        name=LAUNCHER_NAME,
+    ))
+    res = _kv_lines(inst.out)
+    if inst.exit_code != 0 or "path" not in res:
+        conn.run(_DISCARD.format(temp=_q(temp), dir=LAUNCHER_DIR, name=LAUNCHER_NAME))
+        raise TransportError(
+            name, f"machine {name}: installing the launcher failed (exit {inst.exit_code}): "
+            f"{inst.err or 'no output'}"
+        )
+    if res.get("sha256") != sha256 or res.get("version") != version:
+        raise Refusal(
+            "digest-mismatch",
+            f"after installing, the launcher at {res['path']} on {name} re-resolves to sha256 "
+            f"{res.get('sha256')} and version {res.get('version')!r}, but sha256 {sha256} "
+            f"version {version!r} was delivered; it was rolled back, and {kept}",
+            f"deliver again (`saphan machine deliver {name}`); if it recurs, investigate {name}",
+        )
+    return Delivered(res["path"], res["sha256"], res["version"])
+
+
+# -- probe ---------------------------------------------------------------------
+
+def probe(conn: SSHConnection, launcher_path: str) -> tuple[str, str, int]:
+    """The delivered launcher's ``probe`` run on the far machine:
+    ``(stdout, stderr, exit code)``, parsed by the engine like a local probe."""
+    done = conn.run(f"exec {_q(launcher_path)} probe")
+    return done.out, done.err, done.exit_code
+
+
+# -- preflight dial --------------------------------------------------------------
+
+_PREFLIGHT = """\
+LC_ALL=C
+export LC_ALL
+emit() {{ printf '%s=%s\\0' "$1" "$2"; }}
+wd={workdir}
+L={launcher}
+tool={tool}
+agent={agent}
+engine_key={engine_key}
+if [ -f "$L" ] && [ -x "$L" ]; then
+  emit launcher_dir_real "$(cd "$(dirname "$L")" && pwd -P)"
+  if s=$(sha256sum < "$L"); then emit launcher_sha256 "${{s%% *}}"; fi
+  if v=$("$L" --version 2>&1); then emit launcher_version "$v"; fi
+else
+  emit launcher_missing "$L"
+fi
+for dev in {devices}; do [ -e "$dev" ] && emit device "$dev"; done
+if ! cd "$wd" 2>/dev/null; then emit workdir_missing "$wd"; exit 0; fi
+rwd=$(pwd -P)
+emit workdir "$rwd"
+case $agent in
+  */*) p=$agent ;;
+  *)
+    p=$(command -v "$agent" 2>/dev/null) || p=
+    case $p in
+      /*) ;;
+      *)
+        p=
+        saved_ifs=$IFS; IFS=:
+        for dir in $PATH; do
+          [ -n "$dir" ] || dir=.
+          if [ -f "$dir/$agent" ] && [ -x "$dir/$agent" ]; then p=$dir/$agent; break; fi
+        done
+        IFS=$saved_ifs ;;
+    esac ;;
+esac
+case $p in ''|/*) ;; *) p=$rwd/$p ;; esac
+if [ -n "$p" ] && [ -f "$p" ] && [ -x "$p" ]; then
+  emit agent_path "$p"
+  if s=$(sha256sum < "$p"); then emit agent_sha256 "${{s%% *}}"; fi
+else
+  emit agent_missing "$agent"
+fi
+[ "$tool" = claude ] || exit 0
+if [ -n "${{CLAUDE_CONFIG_DIR:-}}" ]; then ch=$CLAUDE_CONFIG_DIR
+elif [ -n "${{HOME:-}}" ]; then ch=$HOME/.claude
+else emit session_unresolved "neither CLAUDE_CONFIG_DIR nor HOME is set there"; exit 0
+fi
+emit config_home "$ch"
+case $ch in /*) ;; *) emit session_unresolved "the configuration home $ch is not absolute"; exit 0 ;; esac
+key=
+case $rwd in
+  *[!\\ -~]*) ;;
+  *) [ "${{#rwd}}" -le 200 ] && key=$(printf '%s' "$rwd" | tr -c 'A-Za-z0-9' '-') ;;
+esac
+if [ -z "$key" ] && [ "$rwd" = "$wd" ]; then key=$engine_key; fi
+if [ -z "$key" ]; then
+  emit session_unresolved "the working directory resolves to $rwd, whose project key this shell cannot derive"
+  exit 0
+fi
+emit session_key "$key"
+if ! out=$( (umask 077; mkdir -p "$ch/projects/$key") 2>&1); then
+  emit session_unresolved "cannot create $ch/projects/$key: $out"; exit 0
+fi
+emit config_home_real "$(cd "$ch" && pwd -P)"
+emit session_dir "$(cd "$ch/projects/$key" && pwd -P)"
+"""
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the far machine answered to the dial, parsed."""
+
+    raw: dict[str, str]
+    devices: tuple[str, ...] = field(default=())
+
+    def get(self, key: str) -> str | None:
+        return self.raw.get(key)
+
+    def as_record(self) -> dict[str, Any]:
+        return {**self.raw, "devices": list(self.devices)}
+
+
+def preflight(conn: SSHConnection, *, workdir: str, launcher_path: str, tool: str,
+              agent: str) -> Preflight:
+    """One round trip: everything a remote run needs to know before it is
+    composed. Raises TransportError when the dial itself fails."""
+    script = _PREFLIGHT.format(
+        workdir=_q(workdir), launcher=_q(launcher_path), tool=_q(tool), agent=_q(agent),
+        engine_key=_q(session_key(workdir)), devices=" ".join(DEVICES),
+    )
+    done = conn.run(script)
+    devices: list[str] = []
+    raw: dict[str, str] = {}
+    for item in done.stdout.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if not sep:
+            continue
+        k, v = key.decode(), value.decode(errors="surrogateescape")
+        if k == "device":
+            devices.append(v)
+        else:
+            raw[k] = v
+    if done.exit_code != 0 or ("workdir" not in raw and "workdir_missing" not in raw):
+        raise TransportError(
+            conn.name, f"machine {conn.name}: the preflight dial failed (exit {done.exit_code}): "
+            f"{done.err or 'no answer'}"
+        )
+    return Preflight(raw, tuple(devices))
+
+
+def verify_session_dir(machine: str, pf: Preflight) -> str:
+    """This run's own session leaf, re-derived here from the far answers; the
+    refusal ``session-dir-foreign`` for anything else the far side reported.
+
+    The far side resolved the working directory (``pwd -P``) and the
+    configuration home; the key is derived here again from that directory,
+    and the leaf must be exactly ``<config home>/projects/<key>`` — so the
+    configuration home and the ``projects`` directory above the leaf, or
+    another directory's leaf, can never become writable through this grant.
+    """
+    rwd = pf.get("workdir") or ""
+    home = pf.get("config_home_real") or ""
+    reported = pf.get("session_dir") or ""
+    key = session_key(rwd)
+    expected = posixpath.join(home, "projects", key)
+    problems = []
+    for label, p in (("working directory", rwd), ("configuration home", home),
+                     ("session directory", reported)):
+        if not p.startswith("/") or posixpath.normpath(p) != p or p.startswith("//"):
+            problems.append(f"the {label} {p!r} is not an absolute, normal path")
+    if key in ("", ".", "..") or "/" in key:
+        problems.append(f"the key {key!r} derived from {rwd!r} cannot name a leaf")
+    if pf.get("session_key") is not None and pf.get("session_key") != key:
+        problems.append(f"it derived the key {pf.get('session_key')!r}, this engine derives {key!r}")
+    if reported != expected:
+        problems.append(f"it is not {expected}")
+    if posixpath.basename(posixpath.dirname(reported)) != "projects":
+        problems.append("its parent is not a `projects` directory")
+    if problems:
+        raise Refusal(
+            "session-dir-foreign",
+            f"the preflight on {machine} reported {reported!r} as this run's session directory, "
+            f"but it is not this run's own leaf ({'; '.join(problems)})",
+            f"check the seat's configuration home on {machine} (CLAUDE_CONFIG_DIR or "
+            "$HOME/.claude): its `projects` directory and the leaf must be real directories, "
+            "not links elsewhere",
+        )
+    return reported
+
+
+# -- holder liveness -------------------------------------------------------------
+
+_HOLDER = """\
+b=$(cat /proc/sys/kernel/random/boot_id)
+printf 'boot=%s\\n' "$b"
+if s=$(cat /proc/{pid}/stat 2>/dev/null); then printf 'stat=%s\\n' "$s"; fi
+"""
+
+
+def holder_liveness(conn: SSHConnection, holder: Holder) -> Liveness:
+    """The far holder's liveness, read over the transport: boot id, then the
+    pid's start time and state. Unreachable is "unknown" (counted alive)."""
+    from saphan.liveness import judge
+
+    try:
+        done = conn.run(_HOLDER.format(pid=int(holder.pid)), timeout=conn.connect_timeout * 2)
+    except TransportError as e:
+        return Liveness("unknown", f"{e}")
+    got = _kv_lines(done.out)
+    boot = got.get("boot") or None
+    ticks: int | None = None
+    state: str | None = None
+    stat = got.get("stat")
+    if stat:
+        rest = stat[stat.rindex(")") + 2 :].split()
+        state, ticks = rest[0], int(rest[19])
+    return judge(holder, here_boot=boot, ticks=ticks, state=state, where=conn.name)

@@ -1,0 +1,91 @@
+"""What the dispatcher asks of an agent tool adapter.
+
+An adapter turns an :class:`~saphan.tools.instruction.Instruction` and the
+run's derived write policy into the tool's command line, says whether the
+engine or the tool itself confines it, and reads the tool's session id back
+from its output afterwards (so a later ``saphan run --resume RUN`` can name
+it). The dispatcher (saphan.dispatch) calls, in order:
+
+    session_dirs()          -> extra grants for the derived policy
+    vendor_boundary(policy) -> a Boundary when the tool confines itself, else None
+    argv(policy)            -> the tool's command line (the prompt is on stdin)
+    guard(final_argv)       -> the argv guard, on boundary prefix + argv
+    record(policy)          -> what the record says about the tool and its policy
+    after_run(stdout_path)  -> facts read back from the tool's output
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from saphan.tools import argv_guard
+from saphan.tools.binaries import AgentBinary
+from saphan.tools.instruction import Instruction
+
+if TYPE_CHECKING:
+    from saphan.confine.compose import Boundary
+    from saphan.confine.policy import Policy
+
+
+@dataclass(frozen=True)
+class Adapter(ABC):
+    binary: AgentBinary
+    instruction: Instruction
+    #: run.confinement: "engine" or "vendor"
+    confinement: str
+    run_id: str
+
+    tool = ""
+
+    @property
+    def stdin_path(self) -> str:
+        return self.instruction.prompt_path
+
+    def session_dirs(self) -> tuple[str, ...]:
+        return ()
+
+    def vendor_boundary(self, policy: Policy) -> Boundary | None:
+        return None
+
+    @abstractmethod
+    def argv(self, policy: Policy) -> list[str]:
+        """The tool's command line, without any boundary prefix."""
+
+    def guard(self, final_argv: list[str]) -> None:
+        resume = self.instruction.resume
+        argv_guard.check(final_argv, tool=self.tool, model=self.instruction.model,
+                         resume_session=resume.session_id if resume else None)
+
+    def record(self, policy: Policy) -> dict[str, Any]:
+        i = self.instruction
+        out: dict[str, Any] = {"model": i.model or "(the tool's default)"}
+        if i.permission_class is not None:
+            out["permission_class"] = i.permission_class.as_record()
+        if i.resume is not None:
+            out["resumes"] = {"run": i.resume.run_id, "session": i.resume.session_id}
+        return out
+
+    def after_run(self, stdout_path: str) -> dict[str, Any]:
+        return {}
+
+
+def first_json_event(path: str, predicate: Any) -> dict[str, Any] | None:
+    """The first JSON line of a tool's stdout log that satisfies ``predicate``."""
+    try:
+        with open(path, "rb") as f:
+            for raw in f:
+                line = raw.strip()
+                if not line.startswith(b"{"):
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict) and predicate(event):
+                    return event
+    except OSError:
+        return None
+    return None

@@ -1,0 +1,102 @@
+"""Where the agent CLIs are, and which exact binary runs.
+
+Resolution order for tool ``T`` (``claude`` or ``codex``):
+
+1. ``$SAPHAN_<T>_BIN`` (absolute path), if set;
+2. ``$SAPHAN_AGENTS_DIR/node_modules/.bin/T`` (default
+   ``~/.cache/saphan-agents``, where ci/setup installs the pinned npm
+   packages);
+3. ``T`` on ``PATH``.
+
+npm's ``codex`` entry is a Node wrapper that starts a native binary shipped
+in ``@openai/codex-linux-x64``; the engine runs (and digests) that native
+binary directly, so the record names the code that ran rather than a
+launcher script. ``claude`` resolves to Claude Code's native executable.
+The record carries the path, SHA-256 and ``--version`` of what ran.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from saphan.errors import UserError
+
+#: the versions this build composes command lines for and was measured with
+PINNED = {"claude": "2.1.197", "codex": "0.169.0"}
+NPM_PACKAGES = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex"}
+
+_CODEX_TRIPLES = {
+    ("Linux", "x86_64"): ("codex-linux-x64", "x86_64-unknown-linux-musl"),
+    ("Linux", "aarch64"): ("codex-linux-arm64", "aarch64-unknown-linux-musl"),
+}
+
+
+@dataclass(frozen=True)
+class AgentBinary:
+    tool: str
+    path: str
+    sha256: str
+    version: str
+
+    def as_record(self) -> dict[str, str]:
+        return {"path": self.path, "sha256": self.sha256, "version": self.version}
+
+
+def agents_dir() -> Path:
+    return Path(os.environ.get("SAPHAN_AGENTS_DIR")
+                or Path.home() / ".cache" / "saphan-agents")
+
+
+def locate(tool: str) -> str | None:
+    """The executable for ``tool``, or None."""
+    env = os.environ.get(f"SAPHAN_{tool.upper()}_BIN")
+    if env:
+        return os.path.realpath(env) if os.path.isfile(env) else None
+    cached = agents_dir() / "node_modules" / ".bin" / tool
+    found = str(cached) if cached.exists() else shutil.which(tool)
+    if found is None:
+        return None
+    real = os.path.realpath(found)
+    if tool == "codex" and real.endswith(".js"):
+        return _codex_native(Path(real))
+    return real
+
+
+def _codex_native(wrapper: Path) -> str | None:
+    triple = _CODEX_TRIPLES.get((platform.system(), platform.machine()))
+    if triple is None:
+        return None
+    package, target = triple
+    # .../node_modules/@openai/codex/bin/codex.js -> .../node_modules/@openai/<package>/...
+    scope = wrapper.parent.parent.parent
+    native = scope / package / "vendor" / target / "bin" / "codex"
+    return str(native) if native.is_file() else None
+
+
+def identify(tool: str) -> AgentBinary:
+    """Resolve, digest and ask the version of ``tool``'s binary."""
+    from saphan import _native
+
+    path = locate(tool)
+    if path is None:
+        raise UserError(
+            f"{tool} is not installed where saphan looks ($SAPHAN_{tool.upper()}_BIN, "
+            f"{agents_dir()}/node_modules/.bin, PATH); install the pinned version: "
+            f"`npm install --prefix {agents_dir()} --no-audit --no-fund "
+            f"{NPM_PACKAGES[tool]}@{PINNED[tool]}` (ci/setup does this)"
+        )
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60,
+                             check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise UserError(f"{path} --version could not run: {e}") from None
+    version = out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
+    if out.returncode != 0 or not version:
+        raise UserError(f"{path} --version failed (exit {out.returncode}): "
+                        f"{(out.stderr or out.stdout).strip()[:200]}")
+    return AgentBinary(tool, path, _native.sha256_file(path), version)

@@ -1,0 +1,200 @@
+"""Codex CLI: it confines itself; the engine composes that sandbox tightly.
+
+Codex applies its own sandbox (bubblewrap + seccomp on Linux) to every
+command the model runs, so the engine's bubblewrap cannot nest around it and
+the engine composes NO boundary of its own here. Instead every setting that
+shapes Codex's sandbox is pinned on the command line for each run (the
+command line outranks every config file), validated by ``--strict-config``.
+
+Measured against codex-cli 0.169.0 (tests/tools/test_codex_sandbox.py runs
+each of these for real):
+
+- The legacy ``sandbox_workspace_write.exclude_slash_tmp`` /
+  ``exclude_tmpdir_env_var`` keys do NOT shape the built-in ``:workspace``
+  permission profile: ``/tmp`` and ``$TMPDIR`` stayed writable. So the engine
+  does not use ``:workspace`` or the legacy keys at all. It defines a
+  permission profile of its own, named per run (``saphan-<run id>``), and
+  selects it with ``default_permissions``. A per-run name matters: a config
+  file that defines ``[permissions.<name>.filesystem]`` under a name the
+  command line also uses is MERGED with it (measured: a file's ``"/" =
+  "write"`` survived next to the command line's entries), and no file can
+  know a name minted for this run.
+- The profile: ``":root" = "read"`` (reads everywhere, as every boundary
+  here); ``":slash_tmp" = "read"`` (``/tmp`` not writable — measured refused);
+  the working directory (``":workspace_roots"."."``) writable; the run's
+  return path and the derived git grants (per-worktree git dir, objects,
+  the branch namespace's refs and logs — the same grants the engine's
+  boundary derives) writable, so a commit on a linked worktree works
+  (measured); the read denials (the workspace's record key and config)
+  ``"none"``; ``network.enabled = false`` (measured: a socket from inside
+  fails with EPERM).
+- ``$TMPDIR``: the agent's TMPDIR is the run's scratch directory inside the
+  working directory; ``:tmpdir`` is deliberately not granted, so the
+  invoking process's own TMPDIR is not writable (measured). (Pinning
+  ``":tmpdir" = "read"`` would make the scratch directory read-only: the
+  more specific entry wins.)
+- ``.git`` of the working directory itself stays read-only (Codex's own
+  default, and the engine's): run with ``--repo`` to commit.
+- ``approval_policy = "never"``: no escalation to an unsandboxed retry.
+- ``model``: the named model, exactly once; ``model_provider`` pinned too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from saphan.tools.adapter import Adapter, first_json_event
+
+if TYPE_CHECKING:
+    from saphan.confine.compose import Boundary
+    from saphan.confine.policy import Policy
+
+NOT_RESTRICTED = (
+    "Codex's own sandbox confines only the commands the model runs. Outside it: the codex "
+    "process itself (it writes its own state under CODEX_HOME), its helper services (MCP "
+    "servers, the code-mode host) and its hooks, which can write wherever this user can; all "
+    "reads (everything this user can read, except the read denials listed); and Codex's own "
+    "traffic to its model provider. On a kernel without the facilities Codex needs, its "
+    "behaviour is not documented and not measured here"
+)
+
+
+@dataclass(frozen=True)
+class Provider:
+    """A model provider pinned on the command line (workspace config [codex])."""
+
+    base_url: str
+    env_key: str
+    wire_api: str = "responses"
+    name: str = "saphan"
+
+
+def toml_str(value: str) -> str:
+    """A TOML basic string (JSON's escaping is a subset TOML accepts)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def profile_name(run_id: str) -> str:
+    return f"saphan-{run_id.lower()}"
+
+
+def filesystem_entries(policy: Policy) -> list[tuple[str, str]]:
+    """(path or special, access) for the run's profile, from the derived policy."""
+    entries: list[tuple[str, str]] = [(":root", "read"), (":slash_tmp", "read")]
+    for d in policy.writable_dirs:
+        if d != policy.workdir:
+            entries.append((d, "write"))
+    for d in policy.readonly_dirs:
+        entries.append((d, "read"))
+    for p in policy.read_denials:
+        entries.append((p, "none"))
+    return entries
+
+
+def settings(
+    policy: Policy,
+    *,
+    run_id: str,
+    model: str | None,
+    network: str = "off",
+    provider: Provider | None = None,
+) -> list[tuple[str, str]]:
+    """Every pinned setting as (key, TOML value), in command-line order."""
+    name = profile_name(run_id)
+    fs = ", ".join(f"{toml_str(p)} = {toml_str(a)}" for p, a in filesystem_entries(policy))
+    fs += ', ":workspace_roots" = { "." = "write" }'
+    enabled = "true" if network == "open" else "false"
+    out = [
+        ("default_permissions", toml_str(name)),
+        (f"permissions.{name}", f"{{ filesystem = {{ {fs} }}, network = {{ enabled = {enabled} }} }}"),
+        ("approval_policy", toml_str("never")),
+    ]
+    if model is not None:
+        out.append(("model", toml_str(model)))
+    if provider is not None:
+        out.append(("model_provider", toml_str(provider.name)))
+        out.append((f"model_providers.{provider.name}",
+                    f"{{ name = {toml_str(provider.name)}, base_url = {toml_str(provider.base_url)}, "
+                    f"env_key = {toml_str(provider.env_key)}, wire_api = {toml_str(provider.wire_api)} }}"))
+    else:
+        out.append(("model_provider", toml_str("openai")))
+    return out
+
+
+def compose_argv(
+    binary: str,
+    policy: Policy,
+    *,
+    run_id: str,
+    model: str | None,
+    network: str = "off",
+    provider: Provider | None = None,
+    resume_session: str | None = None,
+) -> list[str]:
+    """Codex's command line (pure). The prompt goes on stdin (``-``)."""
+    argv = [binary, "exec", "--strict-config", "--json", "--skip-git-repo-check",
+            "-C", policy.workdir]
+    for key, value in settings(policy, run_id=run_id, model=model, network=network,
+                               provider=provider):
+        argv += ["-c", f"{key}={value}"]
+    if resume_session is not None:
+        argv += ["resume", resume_session]
+    argv.append("-")
+    return argv
+
+
+@dataclass(frozen=True)
+class CodexAdapter(Adapter):
+    tool = "codex"
+    provider: Provider | None = field(default=None)
+
+    @property
+    def network(self) -> str:
+        pc = self.instruction.permission_class
+        return pc.network if pc is not None else "off"
+
+    def vendor_boundary(self, policy: Policy) -> Boundary | None:
+        from saphan.confine.compose import Boundary
+
+        pinned = settings(policy, run_id=self.run_id, model=self.instruction.model,
+                          network=self.network, provider=self.provider)
+        return Boundary(
+            mechanism="vendor:codex", version=self.binary.version,
+            executable=self.binary.path, executable_sha256=self.binary.sha256,
+            prefix=[], policy=policy,
+            extra={
+                "enforced": "the vendor's sandbox (Codex CLI's own bubblewrap + seccomp), "
+                            "not the engine's",
+                "pinned_settings": [f"{k}={v}" for k, v in pinned],
+                "validated_by": "--strict-config",
+                "tmp": "/tmp is not writable (\":slash_tmp\" = \"read\"); the agent's TMPDIR is "
+                       f"the scratch dir {policy.scratch_dir} inside the working directory; "
+                       "the invoking TMPDIR is not granted",
+                "network": "commands' network access "
+                           + ("enabled (permission class: open)" if self.network == "open"
+                              else "disabled"),
+                "not_restricted": NOT_RESTRICTED,
+            },
+        )
+
+    def argv(self, policy: Policy) -> list[str]:
+        resume = self.instruction.resume
+        return compose_argv(
+            self.binary.path, policy, run_id=self.run_id, model=self.instruction.model,
+            network=self.network, provider=self.provider,
+            resume_session=resume.session_id if resume else None,
+        )
+
+    def record(self, policy: Policy) -> dict[str, Any]:
+        out = super().record(policy)
+        out["codex_home"] = os.environ.get("CODEX_HOME") or os.path.expanduser("~/.codex")
+        return out
+
+    def after_run(self, stdout_path: str) -> dict[str, Any]:
+        started = first_json_event(stdout_path, lambda e: e.get("type") == "thread.started")
+        if started is None:
+            return {}
+        return {"agent_session": {"id": started.get("thread_id")}}

@@ -1,0 +1,111 @@
+"""From what the operator asked (``saphan run --prompt … --model …``) to an
+adapter holding an :class:`~saphan.tools.instruction.Instruction`.
+
+Everything here happens before the seat is reserved, so a bad request costs
+nothing: the prompt is written to the run's directory (the adapter hands it
+to the tool on stdin), the permission class is loaded and checked against
+the working directory, the binary is resolved and digested, and an explicit
+``--resume RUN`` is turned into that run's recorded tool session — the only
+way any run continues a session.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from saphan.errors import UserError
+from saphan.tools import binaries, permission_class
+from saphan.tools.adapter import Adapter
+from saphan.tools.claude import ClaudeAdapter
+from saphan.tools.codex import CodexAdapter, Provider
+from saphan.tools.instruction import Instruction, Resume
+
+if TYPE_CHECKING:
+    from saphan.engine import Engine
+
+
+@dataclass(frozen=True)
+class Request:
+    """What ``saphan run`` was asked for an agent slot (nothing else exists)."""
+
+    prompt: str | None = None
+    prompt_file: str | None = None
+    model: str | None = None
+    permission_class: str | None = None
+    resume: str | None = None
+
+
+def prepare(
+    engine: Engine, tool: str, request: Request, *, workdir: str, run_id: str,
+    confinement: str, run_dir: Path,
+) -> Adapter:
+    if (request.prompt is None) == (request.prompt_file is None):
+        raise UserError("an agent slot needs the task: give exactly one of --prompt TEXT or "
+                        "--prompt-file FILE")
+    if request.prompt_file is not None:
+        try:
+            prompt = Path(request.prompt_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"--prompt-file {request.prompt_file}: cannot read it ({e})") from None
+    else:
+        assert request.prompt is not None
+        prompt = request.prompt
+    if not prompt.strip():
+        raise UserError("the prompt is empty; give the task with --prompt or --prompt-file")
+    if request.model is not None and (not request.model or request.model.startswith("-")):
+        raise UserError(f"--model {request.model!r} is not a model name")
+    pc = permission_class.load(request.permission_class) if request.permission_class else None
+    wd = os.path.realpath(workdir)
+    if pc is not None and pc.write_scope and not pc.scope_covers(wd):
+        raise UserError(
+            f"permission class {pc.source} allows work only inside "
+            f"{', '.join(pc.write_scope)}, and the working directory is {wd}; run inside its "
+            "write scope or use another class"
+        )
+    if pc is not None:
+        missing = [v for v in pc.credentials if not os.environ.get(v)]
+        if missing:
+            raise UserError(
+                f"permission class {pc.source} needs credential(s) {', '.join(missing)}, which "
+                "are not set in saphan's environment; export them (the engine passes them to "
+                "the agent at launch and records only their names)"
+            )
+    resume = _resume(engine, tool, request.resume, wd) if request.resume else None
+    binary = binaries.identify(tool)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    prompt_path = run_dir / "prompt.txt"
+    prompt_path.write_text(prompt, encoding="utf-8")
+    instruction = Instruction(prompt_path=str(prompt_path), workdir=wd, model=request.model,
+                              permission_class=pc, resume=resume)
+    if tool == "claude":
+        return ClaudeAdapter(binary, instruction, confinement, run_id)
+    if tool == "codex":
+        return CodexAdapter(binary, instruction, confinement, run_id,
+                            provider=_codex_provider(engine))
+    raise UserError(f"tool {tool!r} has no adapter in this build")
+
+
+def _resume(engine: Engine, tool: str, run_ref: str, workdir: str) -> Resume:
+    previous = engine.run_record(run_ref).data
+    if previous.get("tool") != tool:
+        raise UserError(f"--resume {run_ref}: run {previous['id']} ran tool "
+                        f"{previous.get('tool')!r}, this slot runs {tool!r}")
+    session = (previous.get("agent_session") or {}).get("id")
+    if not session:
+        raise UserError(f"--resume {run_ref}: run {previous['id']} recorded no {tool} session "
+                        "(it did not start one), so there is nothing to continue")
+    was = os.path.realpath(str(previous.get("workdir") or ""))
+    if was != workdir:
+        raise UserError(f"--resume {run_ref}: run {previous['id']} worked in {was}; resume it "
+                        f"in the same working directory (--workdir {was})")
+    return Resume(run_id=str(previous["id"]), session_id=str(session))
+
+
+def _codex_provider(engine: Engine) -> Provider | None:
+    cfg = engine.config
+    if cfg.codex_base_url is None:
+        return None
+    return Provider(base_url=cfg.codex_base_url, env_key=cfg.codex_env_key or "OPENAI_API_KEY")

@@ -1,0 +1,202 @@
+"""Permission classes: what an agent is permitted to do (SPEC.md §8).
+
+A permission class is a JSON file with a deliberately narrow surface —
+allowed commands, write scope, network posture, named credentials — and an
+explicit schema version from :data:`ACCEPTED`. Loading is strict:
+
+- a version outside the accepted set fails to load (``policy-schema-unknown``),
+  never "interpreted charitably";
+- a file that claims one version but uses a field of another
+  (``policy-schema-mixed``) is rejected, because accepting it would change
+  what that version means between releases;
+- anything else malformed — an unknown field, a wrong type, a relative path,
+  a command that is not a bare name, a credential value — is
+  ``policy-invalid``.
+
+The versions:
+
+    1  commands, write_scope, network, credentials
+    2  allowed_commands (v1's `commands`, renamed), write_scope, network,
+       credentials, permission_mode (Claude Code's mode, composed as policy)
+
+A class never widens a boundary: ``write_scope`` only narrows where a run
+may work (the working directory must lie inside it), the writable set stays
+derived from the working directory. Commands are matched exact-token on the
+base name (:meth:`PermissionClass.allows`) — never by prefix or substring.
+Credentials are variable NAMES; the engine mints each value at launch from
+its own environment, and a file that carries a value is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from saphan.refusals import Refusal
+
+#: schema version -> the fields that version defines
+FIELDS: dict[int, frozenset[str]] = {
+    1: frozenset({"schema", "name", "commands", "write_scope", "network", "credentials"}),
+    2: frozenset({"schema", "name", "allowed_commands", "write_scope", "network", "credentials",
+                  "permission_mode"}),
+}
+ACCEPTED: tuple[int, ...] = tuple(sorted(FIELDS))
+NETWORK_POSTURES = ("off", "open")
+PERMISSION_MODES = ("plan", "acceptEdits")
+
+_COMMAND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+_VARIABLE = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class PermissionClass:
+    schema: int
+    name: str
+    commands: tuple[str, ...]
+    write_scope: tuple[str, ...]
+    network: str
+    credentials: tuple[str, ...]
+    permission_mode: str | None = None
+    source: str = ""
+
+    def allows(self, command: str) -> bool:
+        """Exact token on the base name: ``/usr/bin/git`` is ``git``; ``gitk``,
+        ``git-lfs`` and ``gi`` are not ``git``."""
+        return os.path.basename(command) in self.commands
+
+    def scope_covers(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return any(real == s or real.startswith(s.rstrip("/") + "/") for s in self.write_scope)
+
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "schema": self.schema, "name": self.name,
+            "commands": list(self.commands), "write_scope": list(self.write_scope),
+            "network": self.network, "credentials": list(self.credentials),
+            "permission_mode": self.permission_mode,
+        }
+
+
+def _invalid(where: str, message: str) -> Refusal:
+    return Refusal("policy-invalid", f"permission class {where}: {message}",
+                   f"fix {where}; `saphan policy check {where}` prints what it allows")
+
+
+def load(path: str) -> PermissionClass:
+    """Read and validate one permission class file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise _invalid(path, f"cannot be read ({e.strerror})") from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise _invalid(path, f"is not JSON ({e})") from None
+    return parse(data, source=os.path.abspath(path))
+
+
+def parse(data: object, *, source: str = "<memory>") -> PermissionClass:
+    """Validate a decoded JSON value; raises :class:`Refusal` on any defect."""
+    if not isinstance(data, Mapping):
+        raise _invalid(source, "the top level must be a JSON object")
+    if "schema" not in data:
+        raise Refusal(
+            "policy-schema-unknown",
+            f"permission class {source} names no schema version; accepted: "
+            f"{', '.join(map(str, ACCEPTED))}",
+            f'add "schema": {ACCEPTED[-1]} (and only that version\'s fields)',
+        )
+    schema = data["schema"]
+    if type(schema) is not int or schema not in FIELDS:
+        raise Refusal(
+            "policy-schema-unknown",
+            f"permission class {source} claims schema {json.dumps(schema)}, which this "
+            f"engine does not accept (accepted: {', '.join(map(str, ACCEPTED))})",
+            f"rewrite it for schema {ACCEPTED[-1]}, or upgrade saphan if it comes from a newer "
+            "release",
+        )
+    keys = {str(k) for k in data}
+    known_here = FIELDS[schema]
+    foreign = sorted(k for k in keys - known_here
+                     if any(k in fields for v, fields in FIELDS.items() if v != schema))
+    if foreign:
+        owners = {k: [v for v, f in FIELDS.items() if k in f] for k in foreign}
+        described = ", ".join(f"{k!r} (schema {'/'.join(map(str, owners[k]))})" for k in foreign)
+        raise Refusal(
+            "policy-schema-mixed",
+            f"permission class {source} claims schema {schema} but uses {described}",
+            f"use only schema {schema}'s fields ({', '.join(sorted(known_here))}), or change "
+            "\"schema\" to the version those fields belong to and rewrite the rest",
+        )
+    unknown = sorted(keys - known_here)
+    if unknown:
+        raise _invalid(source, f"unknown field(s) {', '.join(map(repr, unknown))} for schema "
+                               f"{schema}; its fields: {', '.join(sorted(known_here))}")
+    name = data.get("name", "")
+    if not isinstance(name, str) or (name and not _NAME.match(name)):
+        raise _invalid(source, "`name` must be 1-63 letters, digits, '.', '_' or '-'")
+    commands = _str_list(source, data, "commands" if schema == 1 else "allowed_commands")
+    for c in commands:
+        if not _COMMAND.match(c):
+            raise _invalid(source, f"command {c!r} is not a bare base name (no paths, no "
+                                   "arguments, no wildcards): commands match exact-token")
+    scope = _str_list(source, data, "write_scope")
+    for p in scope:
+        if not os.path.isabs(p) or "\x00" in p:
+            raise _invalid(source, f"write_scope entry {p!r} is not an absolute path")
+    network = data.get("network", "off")
+    if network not in NETWORK_POSTURES:
+        raise _invalid(source, f"`network` must be one of {', '.join(NETWORK_POSTURES)}, got "
+                               f"{json.dumps(network)}")
+    credentials = _credentials(source, data.get("credentials", []))
+    mode = data.get("permission_mode")
+    if mode is not None and mode not in PERMISSION_MODES:
+        raise _invalid(source, f"`permission_mode` must be one of {', '.join(PERMISSION_MODES)} "
+                               f"(bypass modes are not representable), got {json.dumps(mode)}")
+    return PermissionClass(
+        schema=schema, name=name, commands=tuple(dict.fromkeys(commands)),
+        write_scope=tuple(dict.fromkeys(os.path.normpath(p) for p in scope)),
+        network=str(network), credentials=credentials,
+        permission_mode=mode if isinstance(mode, str) else None, source=source,
+    )
+
+
+def _str_list(source: str, data: Mapping[str, Any], key: str) -> list[str]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _invalid(source, f"`{key}` must be a list of strings")
+    return list(value)
+
+
+def _credentials(source: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise _invalid(source, "`credentials` must be a list of variable names")
+    names: list[str] = []
+    for item in value:
+        if isinstance(item, Mapping):
+            raise _invalid(source, "a credential is named by its variable only "
+                                   "(e.g. \"ANTHROPIC_API_KEY\"); values never live in a "
+                                   "policy file — the engine mints them at launch")
+        if not isinstance(item, str) or not _VARIABLE.match(item):
+            raise _invalid(source, f"credential {item!r} is not an environment variable name "
+                                   "(A-Z, 0-9, _)")
+        names.append(item)
+    return tuple(dict.fromkeys(names))
+
+
+def describe(pc: PermissionClass) -> list[str]:
+    """What the class allows, one line each (``saphan policy check``)."""
+    return [
+        f"permission class {pc.name or '(unnamed)'}: schema {pc.schema} ({pc.source})",
+        "commands (exact base name): " + (", ".join(pc.commands) or "none"),
+        "write scope (runs must work inside): " + (", ".join(pc.write_scope) or "any directory"),
+        f"network: {pc.network}",
+        "credentials (minted at launch, by name): " + (", ".join(pc.credentials) or "none"),
+        f"permission mode (Claude Code, policy not boundary): {pc.permission_mode or 'default'}",
+    ]

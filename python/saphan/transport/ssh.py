@@ -1,0 +1,466 @@
+"""Reach a machine over SSH (paramiko), with its host key pinned.
+
+One :class:`SSHConnection` per machine, opened on first use and reused by
+every operation of a command (delivery, probe, preflight dial, the run,
+liveness reads); :meth:`SSHConnection.close` ends it.
+
+Host keys: the key is fetched once, at ``saphan machine add --ssh``, shown as
+its SHA-256 fingerprint and stored on the machine's row. Every later
+connection trusts exactly that key: an unknown key (nothing pinned) or a
+changed key is refused before authentication, never accepted — no
+known_hosts file is read and no key is ever added automatically.
+
+Errors: whatever paramiko or the socket layer raises is translated HERE,
+once, into :class:`saphan.errors.TransportError`, whose message names the
+machine, its address and the cause. Nothing above this module sees a
+paramiko exception.
+
+paramiko is imported inside the functions that need it, so that
+``saphan --help`` and every local verb never load it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import select
+import shlex
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+from saphan.errors import TransportError
+from saphan.store.rows import Machine
+from saphan.transport.local import Finished, Interrupted
+
+if TYPE_CHECKING:
+    import paramiko
+
+#: seconds to open the TCP connection and finish the SSH handshake
+DEFAULT_CONNECT_TIMEOUT = 10.0
+#: seconds any one non-streaming command may take (a run has no such limit)
+DEFAULT_COMMAND_TIMEOUT = 120.0
+#: after Ctrl-C/SIGTERM: how long to wait for the far process to exit once
+#: its lifeline was cut, before the channel is closed regardless
+INTERRUPT_GRACE = 10.0
+
+
+@dataclass(frozen=True)
+class HostKey:
+    """A server's public host key as pinned: ``"<type> <base64>"``."""
+
+    line: str
+
+    @property
+    def type(self) -> str:
+        return self.line.split(" ", 1)[0]
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.line)
+
+
+def fingerprint(key_line: str) -> str:
+    """OpenSSH's SHA256 fingerprint of a ``"<type> <base64>"`` key line."""
+    blob = base64.b64decode(key_line.split()[1])
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+def sh(script: str) -> str:
+    """The command string that runs ``script`` under /bin/sh on the far side,
+    whatever the far user's login shell quotes differently."""
+    return "/bin/sh -c " + shlex.quote(script)
+
+
+def _paramiko() -> Any:
+    """paramiko, imported on first use; its transport thread's log records
+    are dropped (every failure reaches the caller as a TransportError here,
+    instead of as a traceback on the operator's terminal)."""
+    import logging
+
+    import paramiko
+
+    log = logging.getLogger("paramiko")
+    if not log.handlers:
+        log.addHandler(logging.NullHandler())
+        log.propagate = False
+    return paramiko
+
+
+def _hostkey_name(host: str, port: int) -> str:
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def _describe(e: BaseException) -> str:
+    """One line of cause, from a paramiko or socket exception."""
+    paramiko = _paramiko()
+    if isinstance(e, paramiko.ssh_exception.NoValidConnectionsError):
+        errs = {str(getattr(err, "strerror", None) or err).strip() for err in e.errors.values()}
+        return "connection failed: " + "; ".join(sorted(errs))
+    if isinstance(e, socket.timeout | TimeoutError):
+        return "timed out"
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused (is sshd listening on that port?)"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    text = str(e).strip()
+    return text or type(e).__name__
+
+
+def fetch_host_key(name: str, host: str, port: int, *, timeout: float) -> HostKey:
+    """The key the server presents now (to be pinned at ``machine add``).
+
+    Only the key exchange runs; nothing is authenticated and nothing is
+    trusted here — the caller shows the fingerprint to the operator.
+    """
+    paramiko = _paramiko()
+
+    where = f"{host}:{port}"
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except OSError as e:
+        raise TransportError(
+            name, f"machine {name} ({where}) is unreachable: {_describe(e)}"
+        ) from None
+    transport = paramiko.Transport(sock)
+    try:
+        transport.banner_timeout = timeout
+        transport.start_client(timeout=timeout)
+        key = transport.get_remote_server_key()
+        return HostKey(f"{key.get_name()} {key.get_base64()}")
+    except (paramiko.SSHException, OSError, EOFError) as e:
+        raise TransportError(
+            name, f"machine {name} ({where}): the SSH handshake failed: {_describe(e)}"
+        ) from None
+    finally:
+        transport.close()
+        sock.close()
+
+
+@dataclass(frozen=True)
+class Completed:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+    @property
+    def err(self) -> str:
+        return self.stderr.decode(errors="replace").strip()
+
+
+class SSHConnection:
+    """One authenticated SSH connection to one machine, opened lazily."""
+
+    def __init__(
+        self,
+        machine: Machine,
+        *,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    ):
+        if machine.transport != "ssh" or not machine.ssh_host or not machine.ssh_user:
+            raise ValueError(f"machine {machine.name} is not an SSH machine")
+        self.machine = machine
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
+        self._client: paramiko.SSHClient | None = None
+
+    @property
+    def name(self) -> str:
+        return self.machine.name
+
+    @property
+    def where(self) -> str:
+        m = self.machine
+        host = f"[{m.ssh_host}]" if m.ssh_host and ":" in m.ssh_host else m.ssh_host
+        return f"{m.ssh_user}@{host}:{m.ssh_port or 22}"
+
+    def _fail(self, what: str) -> TransportError:
+        return TransportError(self.name, f"machine {self.name} ({self.where}): {what}")
+
+    # -- connecting ------------------------------------------------------------
+    def connect(self) -> None:
+        if self._client is not None and self._alive():
+            return
+        self.close()
+        paramiko = _paramiko()
+        m = self.machine
+        assert m.ssh_host is not None
+        port = m.ssh_port or 22
+        if not m.host_key:
+            raise self._fail(
+                "no host key is pinned for it, and an unpinned key is never accepted; "
+                f"re-register it: `saphan machine remove {m.name}` then `saphan machine add "
+                f"{m.name} --ssh {m.ssh_user}@{m.ssh_host}:{port} --identity FILE`"
+            )
+        pinned = HostKey(m.host_key)
+        client = paramiko.SSHClient()
+        # Only the pinned key: no system or user known_hosts is loaded, and
+        # an absent key is rejected by the policy rather than added.
+        client.set_missing_host_key_policy(_reject_unpinned())
+        try:
+            key = paramiko.PKey.from_type_string(pinned.type, base64.b64decode(pinned.line.split()[1]))
+        except (paramiko.SSHException, ValueError) as e:
+            raise self._fail(f"the pinned host key cannot be read ({e}); re-add the machine") from None
+        client.get_host_keys().add(_hostkey_name(m.ssh_host, port), pinned.type, key)
+        try:
+            client.connect(
+                m.ssh_host, port=port, username=m.ssh_user, key_filename=m.identity_file,
+                timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
+                auth_timeout=self.connect_timeout, channel_timeout=self.connect_timeout,
+                allow_agent=False, look_for_keys=False,
+            )
+        except paramiko.BadHostKeyException as e:
+            client.close()
+            raise self._fail(
+                f"refused: the host key changed — it presents {e.key.get_name()} "
+                f"{fingerprint(e.key.get_name() + ' ' + e.key.get_base64())}, but "
+                f"{pinned.type} {pinned.fingerprint} was pinned at `saphan machine add`. "
+                "This may be a different machine or an interception; confirm the new "
+                "fingerprint with the machine's owner, then `saphan machine remove "
+                f"{m.name}` and add it again"
+            ) from None
+        except paramiko.AuthenticationException as e:
+            client.close()
+            raise self._fail(
+                f"authentication failed for user {m.ssh_user} with identity "
+                f"{m.identity_file} ({_describe(e)}); check the key is in that user's "
+                "authorized_keys"
+            ) from None
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            client.close()
+            raise self._fail(f"unreachable: {_describe(e)}") from None
+        self._client = client
+
+    def _alive(self) -> bool:
+        t = self._client.get_transport() if self._client is not None else None
+        return t is not None and t.is_active()
+
+    def _transport(self) -> paramiko.Transport:
+        self.connect()
+        assert self._client is not None
+        t = self._client.get_transport()
+        if t is None or not t.is_active():
+            raise self._fail("the connection was lost")
+        return t
+
+    def close(self) -> None:
+        if self._client is not None:
+            with suppress(Exception):
+                self._client.close()
+            self._client = None
+
+    def __enter__(self) -> SSHConnection:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- one command, collected --------------------------------------------------
+    def run(self, script: str, *, stdin: bytes | None = None,
+            timeout: float | None = None) -> Completed:
+        """Run ``script`` under /bin/sh on the far side and collect its output.
+
+        ``stdin`` (if given) is sent and then closed. The whole command must
+        finish within ``timeout`` (default: the connection's command timeout).
+        """
+        paramiko = _paramiko()
+
+        limit = self.command_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        try:
+            chan = self._transport().open_session(timeout=self.connect_timeout)
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise self._fail(f"cannot open a channel: {_describe(e)}") from None
+        out: list[bytes] = []
+        err: list[bytes] = []
+        try:
+            chan.settimeout(max(0.1, deadline - time.monotonic()))
+            chan.exec_command(sh(script))
+            if stdin is not None:
+                view = memoryview(stdin)
+                while view:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError
+                    sent = chan.send(bytes(view[:32768]))
+                    if sent == 0:
+                        break
+                    view = view[sent:]
+            chan.shutdown_write()
+            while True:
+                if time.monotonic() > deadline:
+                    raise TimeoutError
+                _drain(chan, out, err)
+                if chan.exit_status_ready() and not chan.recv_ready() \
+                        and not chan.recv_stderr_ready():
+                    _drain(chan, out, err)
+                    break
+                select.select([chan], [], [], min(0.5, max(0.0, deadline - time.monotonic())))
+            code = chan.recv_exit_status()
+        except TimeoutError:
+            raise self._fail(
+                f"a command did not finish within {limit:g} s; the channel was closed"
+            ) from None
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise self._fail(f"the connection failed during a command: {_describe(e)}") from None
+        finally:
+            chan.close()
+        return Completed(code, b"".join(out), b"".join(err))
+
+    # -- one command, streamed (a run) -------------------------------------------
+    def stream(
+        self,
+        script: str,
+        *,
+        run_dir: str,
+        stream: bool = True,
+        on_stderr_line: Callable[[bytes], bool] | None = None,
+    ) -> Finished:
+        """Run ``script``, writing its output to ``stdout.log``/``stderr.log``
+        in ``run_dir`` (and this terminal when ``stream``) as it arrives.
+
+        The channel's stdin is the far side's lifeline: it is never written,
+        and closing it (Ctrl-C/SIGTERM here, or this process dying) is what
+        the far script watches for. ``on_stderr_line`` sees each complete
+        stderr line first and returns False to keep it off the terminal
+        (it still goes to the log). No timeout: a run takes what it takes.
+        """
+        paramiko = _paramiko()
+
+        out_path = os.path.join(run_dir, "stdout.log")
+        err_path = os.path.join(run_dir, "stderr.log")
+        try:
+            chan = self._transport().open_session(timeout=self.connect_timeout)
+            chan.exec_command(sh(script))
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise self._fail(f"cannot start the run: {_describe(e)}") from None
+        got: list[int] = []
+        code: int | None = None
+        partial = b""
+        term_out = sys.stdout.buffer if stream else None
+        term_err = sys.stderr.buffer if stream else None
+        try:
+            with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f, \
+                    _note_signals(got):
+                grace_until: float | None = None
+                while True:
+                    if got and grace_until is None:
+                        # Cut the lifeline here, not in the signal handler: the
+                        # handler may run while this thread holds the channel's lock.
+                        with suppress(Exception):
+                            chan.shutdown_write()
+                        grace_until = time.monotonic() + INTERRUPT_GRACE
+                    if grace_until is not None and time.monotonic() > grace_until:
+                        break
+                    moved = False
+                    while chan.recv_ready():
+                        chunk = chan.recv(65536)
+                        if not chunk:
+                            break
+                        moved = True
+                        _write(out_f, term_out, chunk)
+                    while chan.recv_stderr_ready():
+                        chunk = chan.recv_stderr(65536)
+                        if not chunk:
+                            break
+                        moved = True
+                        err_f.write(chunk)
+                        err_f.flush()
+                        partial += chunk
+                        *lines, partial = partial.split(b"\n")
+                        for line in lines:
+                            show = on_stderr_line(line) if on_stderr_line else True
+                            if show and term_err is not None:
+                                term_err.write(line + b"\n")
+                                term_err.flush()
+                    if chan.exit_status_ready() and not chan.recv_ready() \
+                            and not chan.recv_stderr_ready():
+                        code = chan.recv_exit_status()
+                        break
+                    if chan.closed and not moved:
+                        break
+                    if not moved:
+                        with suppress(InterruptedError):
+                            select.select([chan], [], [], 0.2)
+                if partial:
+                    show = on_stderr_line(partial) if on_stderr_line else True
+                    if show and term_err is not None:
+                        term_err.write(partial)
+                        term_err.flush()
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise self._fail(f"the connection failed during the run: {_describe(e)}") from None
+        finally:
+            chan.close()
+        if got:
+            raise Interrupted(got[0], code)
+        if code is None:
+            raise self._fail("the run's channel closed without an exit status (connection lost)")
+        return Finished(code, out_path, err_path)
+
+
+def _drain(chan: Any, out: list[bytes], err: list[bytes]) -> None:
+    while chan.recv_ready():
+        chunk = chan.recv(65536)
+        if not chunk:
+            break
+        out.append(chunk)
+    while chan.recv_stderr_ready():
+        chunk = chan.recv_stderr(65536)
+        if not chunk:
+            break
+        err.append(chunk)
+
+
+def _write(log: IO[bytes], term: IO[bytes] | None, chunk: bytes) -> None:
+    log.write(chunk)
+    log.flush()
+    if term is not None:
+        term.write(chunk)
+        term.flush()
+
+
+@contextmanager
+def _note_signals(got: list[int]) -> Iterator[None]:
+    """SIGINT/SIGTERM are noted; the streaming loop then closes the channel's
+    stdin. The far script sees EOF on its lifeline and hangs up the far
+    process (SIGHUP); its exit status still comes back, so the run is
+    finalised with what really happened there."""
+
+    def handler(signum: int, _frame: object) -> None:
+        got.append(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _reject_unpinned() -> Any:
+    """A paramiko policy that refuses any key it is asked about: only the
+    pinned key (added to the client's own table) is ever trusted."""
+    import paramiko
+
+    class RejectUnpinned(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+            raise paramiko.SSHException(
+                f"host key {key.get_name()} {fingerprint(key.get_name() + ' ' + key.get_base64())}"
+                f" of {hostname} is not the pinned key; refused"
+            )
+
+    return RejectUnpinned()

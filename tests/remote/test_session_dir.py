@@ -1,0 +1,154 @@
+"""The preflight dial's session leaf for a Claude slot: created on the far
+machine, reported back, re-derived and checked here."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from remote.conftest import Remote
+from saphan import Engine, Refusal, RunRecord, remote
+from saphan.dispatch_remote import run_remote
+from saphan.ids import new_run_id
+from saphan.liveness import current_holder
+from saphan.remote import Preflight, verify_session_dir
+from saphan.tools.session_key import session_key
+
+
+def _dial(far: Remote, name: str, workdir: Path, tool: str = "claude") -> Preflight:
+    engine = Engine(far.s.home)
+    try:
+        m = engine.machine(name)
+        launcher = engine.machine_facts(name)["launcher"]["value"]["path"]
+        return remote.preflight(engine.ssh(m), workdir=str(workdir), launcher_path=launcher,
+                                tool=tool, agent="sh")
+    finally:
+        engine.close()
+
+
+def test_preflight_creates_this_runs_leaf_and_it_verifies(far: Remote) -> None:
+    far.add("far1")
+    far.ok("machine", "deliver", "far1")
+    h = far.host("far1")
+    wd = h.mkdir("sess/my project.v2")
+    pf = _dial(far, "far1", wd)
+    key = session_key(str(wd))
+    assert key == re.sub("[^A-Za-z0-9]", "-", str(wd)) and key.endswith("-my-project-v2")
+    leaf = h.home / ".claude" / "projects" / key
+    assert pf.get("session_dir") == str(leaf) and pf.get("session_key") == key
+    assert leaf.is_dir() and leaf.stat().st_uid == h.uid
+    assert verify_session_dir("far1", pf) == str(leaf)
+    # A command slot asks for no session directory at all.
+    assert _dial(far, "far1", wd, tool="command").get("session_dir") is None
+
+
+def test_linked_projects_dir_is_refused_as_foreign(far: Remote) -> None:
+    far.add("far2")
+    far.ok("machine", "deliver", "far2")
+    h = far.host("far2")
+    wd = h.mkdir("sess2/wd")
+    elsewhere = h.mkdir("elsewhere")
+    claude = h.home / ".claude"
+    h.as_user("mkdir", "-p", str(claude))
+    h.as_user("ln", "-sfn", str(elsewhere), str(claude / "projects"))
+    try:
+        pf = _dial(far, "far2", wd)
+        assert pf.get("session_dir") == str(elsewhere / session_key(str(wd)))
+        with pytest.raises(Refusal) as e:
+            verify_session_dir("far2", pf)
+        assert e.value.cls == "session-dir-foreign"
+        assert f"it is not {claude}/projects/{session_key(str(wd))}" in e.value.message
+        # Through the dispatch path: refused, recorded, the seat given back.
+        far.ok("machine", "probe-confinement", "far2")
+        far.ok("slot", "add", "far2", "c1", "--tool", "claude")
+        marker = wd / "ran"
+        with pytest.raises(Refusal) as e:
+            _claude_run(far, "far2", wd, f"touch {marker}")
+        assert e.value.cls == "session-dir-foreign"
+        rec = far.record(e.value.run_id or "")
+        assert rec["refusal"]["class"] == "session-dir-foreign" and rec["finished_at"]
+        assert not marker.exists()
+    finally:
+        (claude / "projects").unlink()
+
+
+def test_long_workdir_uses_the_engines_hashed_key(far: Remote) -> None:
+    far.add("far1")
+    far.ok("machine", "deliver", "far1")
+    h = far.host("far1")
+    wd = h.mkdir("long/" + "/".join(["d" * 60] * 4))
+    pf = _dial(far, "far1", wd)
+    key = session_key(str(wd))
+    assert len(key) > 200 and pf.get("session_key") == key
+    assert verify_session_dir("far1", pf) == str(h.home / ".claude" / "projects" / key)
+    # Reached through a link, the far shell cannot derive a long key: no grant.
+    link = h.data / "ln"
+    h.as_user("ln", "-sfn", str(wd), str(link))
+    pf = _dial(far, "far1", link)
+    assert pf.get("session_dir") is None
+    assert "cannot derive" in (pf.get("session_unresolved") or "")
+
+
+def _pf(**raw: str) -> Preflight:
+    base = {"workdir": "/w/p", "config_home_real": "/home/u/.claude",
+            "session_dir": "/home/u/.claude/projects/-w-p", "session_key": "-w-p"}
+    base.update(raw)
+    return Preflight({k: v for k, v in base.items() if v != ""})
+
+
+@pytest.mark.parametrize("reported", [
+    "/home/u/.claude",                          # the configuration home itself
+    "/home/u/.claude/projects",                 # the parent of every leaf
+    "/home/u/.claude/projects/-other-dir",      # another directory's leaf
+    "/home/u/.claude/projects/-w-p/..",         # climbs out
+    "/home/u/.claude/projects/../projects/-w-p",
+    "/home/u/.claude/sessions/-w-p",            # not under projects
+    "/",
+    "home/u/.claude/projects/-w-p",             # relative
+])
+def test_verifier_refuses_anything_but_this_runs_own_leaf(reported: str) -> None:
+    with pytest.raises(Refusal) as e:
+        verify_session_dir("m1", _pf(session_dir=reported))
+    assert e.value.cls == "session-dir-foreign"
+    assert verify_session_dir("m1", _pf()) == "/home/u/.claude/projects/-w-p"
+
+
+def test_verifier_refuses_a_key_the_engine_does_not_derive() -> None:
+    with pytest.raises(Refusal) as e:
+        verify_session_dir("m1", _pf(session_key="-w-q", session_dir="/home/u/.claude/projects/-w-q"))
+    assert e.value.cls == "session-dir-foreign"
+
+
+def test_claude_slot_run_gets_its_leaf_writable_and_nothing_above(far: Remote) -> None:
+    """The dispatch path with a Claude slot (its adapter is not in this build,
+    so Engine.run refuses the tool; the remote composition is driven here)."""
+    far.ready("far1", slot="c1", tool="claude")
+    h = far.host("far1")
+    wd = h.mkdir("claude/wd")
+    leaf = h.home / ".claude" / "projects" / session_key(str(wd))
+    above = h.home / ".claude" / "settings-escape.json"
+    script = f"echo s > {leaf}/session.jsonl && echo ok; echo x > {above} || echo refused"
+    rec = _claude_run(far, "far1", wd, script)
+    assert rec.exit_code == 0
+    assert (leaf / "session.jsonl").read_text() == "s\n"
+    assert not above.exists()
+    assert str(leaf) in rec.data["writable"]
+    assert any("can be resumed" in n for n in rec.data["notes"])
+    with open(rec.data["output"]["stdout"]) as f:
+        assert f.read().split() == ["ok", "refused"]
+    assert os.path.isdir(leaf)
+
+
+def _claude_run(far: Remote, name: str, wd: Path, script: str) -> RunRecord:
+    engine = Engine(far.s.home)
+    try:
+        base = {"id": new_run_id(), "machine": name, "slot": "c1", "tool": "claude",
+                "argv": [], "saphan_version": "test", "requested_at": "now"}
+        return run_remote(engine, engine.slot(name, "c1"), engine.machine(name), base,
+                          ["sh", "-c", script], workdir=str(wd), repo=None,
+                          holder=current_holder(), boundary=None, stream=False)
+    finally:
+        engine.close()

@@ -1,0 +1,257 @@
+"""Scripted model servers on 127.0.0.1 speaking the real wire protocols.
+
+A fixture, not a mock of saphan (TESTING.md): each server answers the agent
+CLI's HTTP requests with a FIXED sequence of turns — tool calls, then a final
+message — and records every request body so a test can read what the CLI sent
+(and the tool results it reported back).
+
+- :class:`ResponsesServer` — the OpenAI Responses API (``POST …/responses``,
+  SSE ``response.*`` events), which Codex CLI 0.169 speaks.
+- :class:`MessagesServer` — the Anthropic Messages API (``POST /v1/messages``
+  with ``stream: true``, SSE ``message_start`` … ``message_stop``), which
+  Claude Code speaks at ``ANTHROPIC_BASE_URL``.
+
+A turn is ``("shell", "<command line>")``, ``("write", path, content)`` (Claude's
+Write tool) or ``("text", "<final message>")``. A request after the script is
+exhausted gets the final text again, so a CLI that retries cannot hang.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Turn = tuple[str, ...]
+
+
+class _Server:
+    def __init__(self, script: list[Turn]):
+        self.script = list(script)
+        self.requests: list[dict[str, Any]] = []
+        self.paths: list[str] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *_a: object) -> None:
+                return
+
+            def do_GET(self) -> None:  # model listings and health probes
+                owner.paths.append("GET " + self.path)
+                owner.on_get(self)
+
+            def do_HEAD(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = {"_raw": raw.decode(errors="replace")}
+                with owner._lock:
+                    owner.paths.append("POST " + self.path)
+                    owner.requests.append(body)
+                owner.on_post(self, body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.httpd.server_address[1])
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> _Server:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def next_turn(self, turns_so_far: int) -> Turn:
+        if turns_so_far < len(self.script):
+            return self.script[turns_so_far]
+        return ("text", "done")
+
+    def new_id(self, prefix: str) -> str:
+        return f"{prefix}_{next(self._ids):04d}"
+
+    def on_get(self, h: BaseHTTPRequestHandler) -> None:
+        _json(h, 200, {"object": "list", "data": []})
+
+    def on_post(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
+def _json(h: BaseHTTPRequestHandler, code: int, value: object) -> None:
+    data = json.dumps(value).encode()
+    h.send_response(code)
+    h.send_header("Content-Type", "application/json")
+    h.send_header("Content-Length", str(len(data)))
+    h.end_headers()
+    h.wfile.write(data)
+
+
+def _sse(h: BaseHTTPRequestHandler, events: list[tuple[str, dict[str, Any]]]) -> None:
+    data = b"".join(
+        f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode() for name, payload in events
+    )
+    h.send_response(200)
+    h.send_header("Content-Type", "text/event-stream")
+    h.send_header("Cache-Control", "no-cache")
+    h.send_header("Content-Length", str(len(data)))
+    h.end_headers()
+    h.wfile.write(data)
+
+
+# -- OpenAI Responses API (Codex) -------------------------------------------------
+
+class ResponsesServer(_Server):
+    """Each POST is one model turn; the turn index is how many function-call
+    outputs the request already carries (Codex resends the whole input)."""
+
+    def on_post(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        if not h.path.rstrip("/").endswith("/responses"):
+            _json(h, 404, {"error": {"message": f"no route {h.path}"}})
+            return
+        done = sum(1 for item in body.get("input") or []
+                   if isinstance(item, dict) and item.get("type") in
+                   ("function_call_output", "custom_tool_call_output"))
+        turn = self.next_turn(done)
+        rid = self.new_id("resp")
+        if turn[0] == "shell":
+            item = self._shell_call(body, turn[1])
+        else:
+            item = {"type": "message", "role": "assistant", "id": self.new_id("msg"),
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": turn[1], "annotations": []}]}
+        usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+                 "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
+                 "total_tokens": 15}
+        _sse(h, [
+            ("response.created", {"type": "response.created",
+                                  "response": {"id": rid, "status": "in_progress"}}),
+            ("response.output_item.done", {"type": "response.output_item.done",
+                                           "output_index": 0, "item": item}),
+            ("response.completed", {"type": "response.completed",
+                                    "response": {"id": rid, "status": "completed",
+                                                 "output": [item], "usage": usage}}),
+        ])
+
+    def tool_names(self) -> list[str]:
+        names: list[str] = []
+        for body in self.requests[:1]:
+            for t in body.get("tools") or []:
+                names.append(str(t.get("name") or t.get("type")))
+        return names
+
+    def _shell_call(self, body: dict[str, Any], command: str) -> dict[str, Any]:
+        tools = {str(t.get("name")): t for t in body.get("tools") or [] if isinstance(t, dict)}
+        call_id = self.new_id("call")
+        if "shell_command" in tools:
+            name, args = "shell_command", {"command": command}
+        elif "exec_command" in tools:
+            name, args = "exec_command", {"cmd": command}
+        else:
+            name, args = "shell", {"command": ["sh", "-c", command]}
+        return {"type": "function_call", "id": self.new_id("fc"), "call_id": call_id,
+                "name": name, "arguments": json.dumps(args), "status": "completed"}
+
+    def outputs(self) -> Iterator[str]:
+        """Every tool output Codex reported back, in order (last request)."""
+        if not self.requests:
+            return
+        for item in self.requests[-1].get("input") or []:
+            if isinstance(item, dict) and item.get("type") == "function_call_output":
+                out = item.get("output")
+                yield out if isinstance(out, str) else json.dumps(out)
+
+
+# -- Anthropic Messages API (Claude Code) ------------------------------------------
+
+class MessagesServer(_Server):
+    """Each POST /v1/messages with tools is one turn of the main loop; the turn
+    index is how many tool_result blocks the conversation already carries.
+    Side requests (titles, topic checks: no ``tools``) get a short text."""
+
+    def on_post(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        path = h.path.split("?")[0]
+        if path.endswith("/count_tokens"):
+            _json(h, 200, {"input_tokens": 10})
+            return
+        if not path.endswith("/v1/messages"):
+            _json(h, 404, {"type": "error", "error": {"type": "not_found_error",
+                                                      "message": f"no route {h.path}"}})
+            return
+        model = str(body.get("model") or "scripted")
+        if not body.get("tools"):
+            turn: Turn = ("text", "ok")
+        else:
+            done = sum(1 for m in body.get("messages") or [] if isinstance(m.get("content"), list)
+                       for block in m["content"]
+                       if isinstance(block, dict) and block.get("type") == "tool_result")
+            turn = self.next_turn(done)
+        if turn[0] == "write":
+            block: dict[str, Any] = {"type": "tool_use", "id": self.new_id("toolu"),
+                                     "name": "Write", "input": {}}
+            args = {"file_path": turn[1], "content": turn[2]}
+            stop = "tool_use"
+        elif turn[0] == "shell":
+            block = {"type": "tool_use", "id": self.new_id("toolu"), "name": "Bash", "input": {}}
+            args = {"command": turn[1], "description": "scripted"}
+            stop = "tool_use"
+        else:
+            block, args, stop = {"type": "text", "text": ""}, {}, "end_turn"
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("message_start", {"type": "message_start", "message": {
+                "id": self.new_id("msg"), "type": "message", "role": "assistant", "model": model,
+                "content": [], "stop_reason": None, "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+            ("content_block_start", {"type": "content_block_start", "index": 0,
+                                     "content_block": block}),
+        ]
+        if block["type"] == "text":
+            events.append(("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                   "delta": {"type": "text_delta",
+                                                             "text": turn[1]}}))
+        else:
+            events.append(("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                   "delta": {"type": "input_json_delta",
+                                                             "partial_json": json.dumps(args)}}))
+        events += [
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            ("message_delta", {"type": "message_delta",
+                               "delta": {"stop_reason": stop, "stop_sequence": None},
+                               "usage": {"output_tokens": 5}}),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        _sse(h, events)
+
+    def tool_results(self) -> list[str]:
+        """Every tool_result Claude Code sent back, as text, in order."""
+        out: list[str] = []
+        for body in reversed(self.requests):
+            if not body.get("tools"):
+                continue
+            for m in body.get("messages") or []:
+                content = m.get("content")
+                if not isinstance(content, list):
+                    continue
+                for block in content:
+                    if isinstance(block, dict) and block.get("type") == "tool_result":
+                        c = block.get("content")
+                        out.append(c if isinstance(c, str) else json.dumps(c))
+            break
+        return out

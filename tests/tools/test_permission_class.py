@@ -1,0 +1,132 @@
+"""Permission classes (SPEC.md §8): accepted versions, mixed versions, exact
+command tokens, absolute paths, credentials by name; a fuzzed parser; and
+`saphan policy check` through the real CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import Saphan
+from saphan.refusals import Refusal
+from saphan.tools.permission_class import ACCEPTED, FIELDS, parse
+
+V1: dict[str, Any] = {"schema": 1, "name": "edit", "commands": ["git", "sh"],
+                      "write_scope": ["/srv/work"], "network": "off",
+                      "credentials": ["ANTHROPIC_API_KEY"]}
+V2: dict[str, Any] = {"schema": 2, "name": "plan", "allowed_commands": ["git"],
+                      "write_scope": ["/srv/work"], "network": "open", "credentials": [],
+                      "permission_mode": "plan"}
+
+
+def refused(data: object) -> Refusal:
+    with pytest.raises(Refusal) as e:
+        parse(data)
+    return e.value
+
+
+def test_both_accepted_versions_load() -> None:
+    assert ACCEPTED == (1, 2)
+    one, two = parse(V1), parse(V2)
+    assert one.commands == ("git", "sh") and one.network == "off"
+    assert one.credentials == ("ANTHROPIC_API_KEY",)
+    assert two.commands == ("git",) and two.permission_mode == "plan"
+
+
+@pytest.mark.parametrize("schema", [0, 3, 99, -1, "1", 1.0, None, True, [1]])
+def test_unknown_versions_are_refused(schema: object) -> None:
+    r = refused({**V1, "schema": schema})
+    assert r.cls == "policy-schema-unknown"
+    assert "1, 2" in r.message
+
+
+def test_missing_version_is_refused() -> None:
+    data = dict(V1)
+    del data["schema"]
+    assert refused(data).cls == "policy-schema-unknown"
+
+
+@pytest.mark.parametrize(("claims", "base", "foreign"), [
+    (1, V1, {"permission_mode": "plan"}),
+    (1, V1, {"allowed_commands": ["git"]}),
+    (2, V2, {"commands": ["git"]}),
+])
+def test_every_mixed_version_shape_is_refused(claims: int, base: dict[str, Any],
+                                              foreign: dict[str, Any]) -> None:
+    r = refused({**base, **foreign})
+    assert r.cls == "policy-schema-mixed"
+    assert f"claims schema {claims}" in r.message and next(iter(foreign)) in r.message
+
+
+@pytest.mark.parametrize("bad", [
+    {"bogus": 1}, {"commands": "git"}, {"commands": ["/usr/bin/git"]},
+    {"commands": ["git commit"]}, {"commands": ["git*"]}, {"write_scope": ["relative/dir"]},
+    {"write_scope": ["~/x"]}, {"network": "partial"}, {"credentials": [{"ANTHROPIC_API_KEY": "sk-1"}]},
+    {"credentials": ["sk-ant-123"]}, {"name": "a b"},
+])
+def test_malformed_fields_are_invalid(bad: dict[str, Any]) -> None:
+    assert refused({**V1, **bad}).cls == "policy-invalid"
+
+
+def test_bypass_modes_are_not_representable() -> None:
+    for mode in ("bypassPermissions", "dontAsk", "auto", "default"):
+        assert refused({**V2, "permission_mode": mode}).cls == "policy-invalid"
+
+
+def test_commands_match_exact_token_on_the_base_name() -> None:
+    pc = parse(V1)
+    assert pc.allows("git") and pc.allows("/usr/bin/git") and pc.allows("sh")
+    for other in ("gitk", "git-lfs", "gi", "/usr/bin/git2", "bash", "g", "sh2", "xsh"):
+        assert not pc.allows(other)
+
+
+def test_write_scope_is_a_narrowing() -> None:
+    pc = parse(V1)
+    assert pc.scope_covers("/srv/work") and pc.scope_covers("/srv/work/a/b")
+    assert not pc.scope_covers("/srv/workshop") and not pc.scope_covers("/srv")
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 5) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from([*sorted(set().union(*FIELDS.values())), "x", "schema"]), inner,
+        max_size=6),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=_json)
+def test_fuzzed_values_load_or_refuse_by_name_never_crash(data: object) -> None:
+    try:
+        pc = parse(data)
+    except Refusal as r:
+        assert r.cls in ("policy-schema-unknown", "policy-schema-mixed", "policy-invalid")
+        return
+    assert pc.schema in ACCEPTED
+    assert all(p.startswith("/") for p in pc.write_scope)
+    assert all("/" not in c for c in pc.commands)
+
+
+def test_policy_check_cli(saphan_sqlite: Saphan, tmp_path: Path) -> None:
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(V2))
+    out = saphan_sqlite.ok("policy", "check", str(good)).out
+    assert "schema 2" in out and "git" in out and "network: open" in out and "plan" in out
+    mixed = tmp_path / "mixed.json"
+    mixed.write_text(json.dumps({**V1, "permission_mode": "plan"}))
+    r = saphan_sqlite("policy", "check", str(mixed))
+    assert r.code == 3 and "refused [policy-schema-mixed]" in r.err
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps({**V1, "schema": 7}))
+    r = saphan_sqlite("policy", "check", str(unknown))
+    assert r.code == 3 and "refused [policy-schema-unknown]" in r.err
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    r = saphan_sqlite("policy", "check", str(broken))
+    assert r.code == 3 and "refused [policy-invalid]" in r.err
