@@ -310,13 +310,19 @@ def slot() -> None:
               help="The agent tool this slot runs.")
 @click.option("--max-sessions", type=int, default=None,
               help="Concurrent runs allowed (default: exactly one).")
+@click.option("--pin-sha256", "pin", metavar="HEX", default=None,
+              help="Refuse any run whose agent binary's SHA-256 is not HEX (digest-mismatch).")
 @click.pass_context
 def slot_add(
-    ctx: click.Context, machine_name: str, slot_name: str, tool: str, max_sessions: int | None
+    ctx: click.Context, machine_name: str, slot_name: str, tool: str, max_sessions: int | None,
+    pin: str | None,
 ) -> None:
     """Add a slot to a machine."""
-    s = _engine(ctx).add_slot(machine_name, slot_name, tool=tool, max_sessions=max_sessions)
-    click.echo(f"added slot {s.name} on {s.machine} (tool {s.tool}, capacity {s.capacity})")
+    s = _engine(ctx).add_slot(machine_name, slot_name, tool=tool, max_sessions=max_sessions,
+                              agent_sha256=pin)
+    pinned = f", agent pinned to sha256 {s.agent_sha256}" if s.agent_sha256 else ""
+    click.echo(f"added slot {s.name} on {s.machine} (tool {s.tool}, capacity {s.capacity}"
+               f"{pinned})")
 
 
 @slot.command("list")
@@ -329,8 +335,9 @@ def slot_list(ctx: click.Context, machine_name: str | None, as_json: bool) -> No
     if as_json:
         _emit_json([s.as_dict() for s in ss])
         return
-    _table(["machine", "slot", "tool", "max_sessions"],
-           [[s.machine, s.name, s.tool, s.max_sessions or "1 (default)"] for s in ss])
+    _table(["machine", "slot", "tool", "max_sessions", "agent pin"],
+           [[s.machine, s.name, s.tool, s.max_sessions or "1 (default)",
+             s.agent_sha256 or "-"] for s in ss])
 
 
 @slot.command("show")
@@ -348,6 +355,7 @@ def slot_show(ctx: click.Context, machine_name: str, slot_name: str, as_json: bo
         return
     click.echo(f"slot {s.name} on {s.machine}: tool {s.tool}, capacity {s.capacity}, "
                f"{len(holders)} live")
+    click.echo(f"agent pin: sha256 {s.agent_sha256}" if s.agent_sha256 else "agent pin: none")
     _table(["ordinal", "run", "pid", "host", "since", "liveness"],
            [[h["ordinal"], h["run"], h["pid"], h["host"], h["since"], h["liveness"]]
             for h in holders])
@@ -356,13 +364,39 @@ def slot_show(ctx: click.Context, machine_name: str, slot_name: str, as_json: bo
 @slot.command("set")
 @click.argument("machine_name", metavar="MACHINE")
 @click.argument("slot_name", metavar="SLOT")
-@click.option("--max-sessions", type=int, required=True,
+@click.option("--max-sessions", type=int, default=None,
               help="New capacity. Lowering never evicts a live run.")
+@click.option("--pin-sha256", "pin", metavar="HEX", default=None,
+              help="Pin the agent binary's SHA-256 (runs with another binary are refused).")
+@click.option("--unpin", is_flag=True, help="Remove the agent binary pin.")
 @click.pass_context
-def slot_set(ctx: click.Context, machine_name: str, slot_name: str, max_sessions: int) -> None:
-    """Change a slot's capacity."""
-    s = _engine(ctx).set_max_sessions(machine_name, slot_name, max_sessions)
-    click.echo(f"slot {s.name} on {s.machine} now has capacity {s.capacity}")
+def slot_set(
+    ctx: click.Context, machine_name: str, slot_name: str, max_sessions: int | None,
+    pin: str | None, unpin: bool,
+) -> None:
+    """Change a slot's capacity or its agent binary pin (at least one)."""
+    from saphan.errors import UserError
+    from saphan.tools.binaries import check_pin_format
+
+    if max_sessions is None and pin is None and not unpin:
+        raise UserError("nothing to change: give --max-sessions N, --pin-sha256 HEX or --unpin")
+    if pin is not None and unpin:
+        raise UserError("give --pin-sha256 HEX or --unpin, not both")
+    # Validate everything before writing anything.
+    if pin is not None:
+        check_pin_format(pin)
+    if max_sessions is not None and max_sessions < 1:
+        raise UserError(f"--max-sessions {max_sessions} is below 1; give N >= 1")
+    engine = _engine(ctx)
+    s = engine.slot(machine_name, slot_name)
+    if max_sessions is not None:
+        s = engine.set_max_sessions(machine_name, slot_name, max_sessions)
+        click.echo(f"slot {s.name} on {s.machine} now has capacity {s.capacity}")
+    if pin is not None or unpin:
+        s = engine.set_agent_pin(machine_name, slot_name, None if unpin else pin)
+        click.echo(f"slot {s.name} on {s.machine} now pins its agent binary to sha256 "
+                   f"{s.agent_sha256}" if s.agent_sha256
+                   else f"slot {s.name} on {s.machine} now pins no agent binary")
 
 
 # -- runs -----------------------------------------------------------------------

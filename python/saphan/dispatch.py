@@ -19,6 +19,7 @@ from saphan.confine.policy import Policy
 from saphan.refusals import Refusal
 from saphan.store.rows import Slot
 from saphan.timefmt import now_iso
+from saphan.tools.binaries import check_pin
 from saphan.transport import local
 
 if TYPE_CHECKING:
@@ -69,6 +70,12 @@ def execute_local(
     record: dict[str, Any] = {**base, "started_at": now_iso(), "enforced_by": None}
     outcome, state, exit_code, refusal_class = "error", "ended", None, None
     try:
+        agent = base.get("agent") or {}
+        if slot.agent_sha256 is not None:
+            record["agent"] = {**agent, "pinned_sha256": slot.agent_sha256}
+            # Before anything is made for the run: a pinned slot runs only that binary.
+            check_pin(slot.machine, slot.name, slot.agent_sha256, str(agent.get("path")),
+                      str(agent.get("sha256")))
         run_dir = ws.run_dir(run_id)
         out_dir = run_dir / "out"
         out_dir.mkdir(parents=True, exist_ok=True)

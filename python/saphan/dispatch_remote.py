@@ -45,6 +45,7 @@ from saphan.liveness import Holder
 from saphan.refusals import Refusal
 from saphan.store.rows import Machine, Slot
 from saphan.timefmt import now_iso
+from saphan.tools.binaries import check_pin
 from saphan.transport import local
 
 if TYPE_CHECKING:
@@ -157,6 +158,9 @@ def execute_remote(
         argv = [agent_path, *argv[1:]]
         record["argv"] = argv
         record["agent"] = {"path": agent_path, "sha256": agent_sha, "resolved_on": name}
+        if slot.agent_sha256 is not None:
+            record["agent"]["pinned_sha256"] = slot.agent_sha256
+            check_pin(name, slot.name, slot.agent_sha256, agent_path, agent_sha, far=True)
         rwd = pf.get("workdir") or wd
         writable = [rwd]
         notes: list[str] = []

@@ -380,8 +380,11 @@ class Engine:
         self.store.remove_machine(name)
 
     def add_slot(
-        self, machine: str, slot: str, *, tool: str, max_sessions: int | None = None
+        self, machine: str, slot: str, *, tool: str, max_sessions: int | None = None,
+        agent_sha256: str | None = None,
     ) -> Slot:
+        from saphan.tools.binaries import check_pin_format
+
         _check_name("slot", slot)
         self.machine(machine)
         if tool not in TOOLS:
@@ -390,7 +393,9 @@ class Engine:
             raise UserError(
                 f"--max-sessions {max_sessions} is below 1; give N >= 1, or omit it for one seat"
             )
-        s = Slot(machine, slot, tool, max_sessions, now_iso())
+        if agent_sha256 is not None:
+            check_pin_format(agent_sha256)
+        s = Slot(machine, slot, tool, max_sessions, now_iso(), agent_sha256)
         if not self.store.add_slot(s):
             raise UserError(f"slot {slot!r} already exists on machine {machine!r}; pick another name")
         return s
@@ -416,6 +421,16 @@ class Engine:
             raise UserError(f"--max-sessions {max_sessions} is below 1; give N >= 1")
         self.slot(machine, slot)
         self.store.set_max_sessions(machine, slot, max_sessions)
+        return self.slot(machine, slot)
+
+    def set_agent_pin(self, machine: str, slot: str, agent_sha256: str | None) -> Slot:
+        """Pin the SHA-256 of the slot's agent binary (None: unpin). Checked before launch."""
+        from saphan.tools.binaries import check_pin_format
+
+        if agent_sha256 is not None:
+            check_pin_format(agent_sha256)
+        self.slot(machine, slot)
+        self.store.set_agent_pin(machine, slot, agent_sha256)
         return self.slot(machine, slot)
 
     def holders(self, machine: str, slot: str) -> list[dict[str, Any]]:

@@ -34,7 +34,10 @@ CLASSES: dict[str, str] = {
     "container-ineligible": (
         "the cast names an image digest and no fresh probe-confirmed docker-oci row matches"
     ),
-    "digest-mismatch": "a delivered or executed binary's SHA-256/version differs from the pin",
+    "digest-mismatch": (
+        "a delivered or executed binary's SHA-256/version differs from the pin (a launcher's, "
+        "or a slot's agent binary pin)"
+    ),
     "custody-binary-unsafe": "the running binary is replaceable by an identity that is not its custodian",
     "custody-key-unsafe": "a workspace key file fails owner-only / no-follow / exact-length custody",
     "policy-schema-unknown": "a permission class names a schema version outside the accepted set",

@@ -88,6 +88,28 @@ def test_missing_far_workdir_is_refused(far: Remote) -> None:
     far.ok(*RUN, "--workdir", str(far.host("far1").mkdir("ok")), "--", "true")
 
 
+def test_slot_pin_checks_the_far_agent_digest(far: Remote) -> None:
+    """The pin is checked against the digest the preflight measured on far1."""
+    far.ready("far1")
+    wd = far.host("far1").mkdir("pin/wd")
+    marker = wd / "ran"
+    other = "0" * 64
+    far.ok("slot", "set", "far1", "s1", "--pin-sha256", other)
+    r = far(*RUN, "--workdir", str(wd), "--", "touch", str(marker))
+    assert r.code == 3, r.err
+    assert "refused [digest-mismatch]" in r.err and "slot s1 on machine far1" in r.err
+    assert not marker.exists()
+    rec = far.record()
+    assert rec["refusal"]["class"] == "digest-mismatch" and rec["finished_at"]
+    far_digest = rec["agent"]["sha256"]
+    assert far_digest in r.err and other in r.err and rec["agent"]["path"] in r.err
+    assert far.ok("slot", "show", "far1", "s1", "--json").json()["holders"] == []
+    far.ok("slot", "set", "far1", "s1", "--pin-sha256", far_digest)
+    far.ok(*RUN, "--workdir", str(wd), "--", "touch", str(marker))
+    assert marker.exists()
+    assert far.record()["agent"]["pinned_sha256"] == far_digest
+
+
 def test_relative_or_absent_workdir_is_bad_input(far: Remote) -> None:
     far.ready("far1")
     for args in (["--workdir", "rel/path"], []):

@@ -1,6 +1,7 @@
 """Claude Code: the composed command line (whole vectors), the session key
 checked against the pinned binary's own init event, and a run end to end
-under bubblewrap through `saphan run` against a scripted Messages server."""
+under bubblewrap through `saphan run` against a scripted Messages server, and a
+`--repo` run whose Bash tool commits on `saphan/<run-id>`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from agents import Worktree, git
 from model_servers import MessagesServer
 
 from conftest import Saphan
@@ -86,6 +88,48 @@ def test_claude_end_to_end_under_bubblewrap(saphan_sqlite: Saphan, claude_bin: s
     assert "Bash(sh:*)" in rec["argv"] and "write hello" not in rec["argv"]
     human = s.ok("runs", "show", rec["id"], env=env).out
     assert "permission mode acceptEdits (the tool's own policy, not a boundary)" in human
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("bwrap_available")
+def test_claude_commits_in_a_repo_worktree(saphan_sqlite: Saphan, claude_bin: str,
+                                           linked_worktree: Worktree, tmp_path: Path) -> None:
+    """End to end with --repo: the scripted model makes Claude Code's Bash tool
+    run `git add … && git commit …` in the run's worktree, inside bubblewrap;
+    the commit lands on saphan/<run-id> and the base branch is untouched."""
+    home = tmp_path / "home"
+    home.mkdir()
+    s = saphan_sqlite
+    pc = tmp_path / "class.json"
+    pc.write_text(json.dumps({"schema": 2, "allowed_commands": ["git", "sh"]}))
+    script = [
+        ("shell", "sh -c 'echo inside > inside.txt && echo WROTE'"),
+        ("shell", "git add inside.txt && git -c user.email=t@e -c user.name=t commit -q "
+                  "-m agent-commit && echo COMMITTED"),
+        ("text", "committed"),
+    ]
+    repo = linked_worktree.repo
+    base_head = git("rev-parse", "main", cwd=repo).strip()
+    with MessagesServer(script) as srv:
+        env = _setup(s, home, claude_bin, srv)
+        r = s("run", "--machine", "here", "--slot", "cl", "--repo", str(repo),
+              "--prompt", "commit a file", "--model", "claude-scripted",
+              "--permission-class", str(pc), "--json", env=env, timeout=180)
+        assert r.code == 0, r.err
+        results = srv.tool_results()
+    rec = json.loads(r.out)
+    assert len(results) == 2 and "WROTE" in results[0] and "COMMITTED" in results[1], results
+    assert rec["enforced_by"]["mechanism"] == "bubblewrap"
+    branch = rec["worktree"]["branch"]
+    assert branch == f"saphan/{rec['id']}"
+    wt = Path(rec["worktree"]["path"])
+    assert (wt / "inside.txt").read_text() == "inside\n"
+    assert git("log", "-1", "--format=%s", branch, cwd=repo).strip() == "agent-commit"
+    assert git("show", f"{branch}:inside.txt", cwd=repo) == "inside\n"
+    assert git("rev-parse", f"{branch}~1", cwd=repo).strip() == base_head
+    assert rec["worktree"]["head_after"] == git("rev-parse", branch, cwd=repo).strip()
+    assert git("rev-parse", "main", cwd=repo).strip() == base_head
+    assert git("status", "--porcelain", cwd=wt).strip() == ""
 
 
 @pytest.mark.slow

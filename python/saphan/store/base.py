@@ -30,10 +30,14 @@ class Store:
         self.db.execute(q.CREATE_MIGRATIONS_TABLE)
         return [int(r[0]) for r in self.db.execute(q.APPLIED_VERSIONS)]
 
-    def migrate(self) -> list[int]:
-        """Apply what is missing; return the versions applied now."""
+    def migrate(self, upto: int | None = None) -> list[int]:
+        """Apply what is missing; return the versions applied now.
+
+        ``upto`` stops after that version (tests build an older schema with it).
+        """
+        target = LATEST if upto is None else upto
         try:
-            if LATEST in self.applied_versions():
+            if target in self.applied_versions():
                 return []
         except StoreError:
             pass  # a concurrent first use may be creating the table; retry under the lock
@@ -44,7 +48,7 @@ class Store:
             self.db.execute(q.CREATE_MIGRATIONS_TABLE)
             have = {int(r[0]) for r in self.db.execute(q.APPLIED_VERSIONS)}
             for version, name, statements in MIGRATIONS:
-                if version in have:
+                if version in have or version > target:
                     continue
                 for sql in statements:
                     self.db.execute(sql)
@@ -82,7 +86,8 @@ class Store:
     # -- slots ---------------------------------------------------------------
     def add_slot(self, s: Slot) -> bool:
         got = self.db.execute(
-            q.INSERT_SLOT, (s.machine, s.name, s.tool, s.max_sessions, s.created_at or now_iso())
+            q.INSERT_SLOT,
+            (s.machine, s.name, s.tool, s.max_sessions, s.created_at or now_iso(), s.agent_sha256),
         )
         return bool(got)
 
@@ -97,6 +102,10 @@ class Store:
 
     def set_max_sessions(self, machine: str, name: str, max_sessions: int | None) -> bool:
         return bool(self.db.execute(q.SET_MAX_SESSIONS, (max_sessions, machine, name)))
+
+    def set_agent_pin(self, machine: str, name: str, agent_sha256: str | None) -> bool:
+        """Pin (or, with None, unpin) the SHA-256 of a slot's agent binary."""
+        return bool(self.db.execute(q.SET_AGENT_PIN, (agent_sha256, machine, name)))
 
     # -- runs ----------------------------------------------------------------
     def reserve(

@@ -76,6 +76,14 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             """,
         ],
     ),
+    (
+        2,
+        "slot-agent-pin",
+        [
+            # A slot may pin the SHA-256 of its agent binary; NULL: no pin.
+            "ALTER TABLE slots ADD COLUMN agent_sha256 TEXT",
+        ],
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -38,15 +38,17 @@ DELETE_MACHINE = "DELETE FROM machines WHERE name = ? RETURNING name"
 
 # -- slots --------------------------------------------------------------------
 INSERT_SLOT = """
-INSERT INTO slots (machine, name, tool, max_sessions, created_at)
-VALUES (?, ?, ?, ?, ?)
+INSERT INTO slots (machine, name, tool, max_sessions, created_at, agent_sha256)
+VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (machine, name) DO NOTHING
 RETURNING name"""
-SLOT_COLUMNS = "machine, name, tool, max_sessions, created_at"
+# In the order of rows.Slot's fields.
+SLOT_COLUMNS = "machine, name, tool, max_sessions, created_at, agent_sha256"
 GET_SLOT = f"SELECT {SLOT_COLUMNS} FROM slots WHERE machine = ? AND name = ?"
 LIST_SLOTS = f"SELECT {SLOT_COLUMNS} FROM slots ORDER BY machine, name"
 LIST_MACHINE_SLOTS = f"SELECT {SLOT_COLUMNS} FROM slots WHERE machine = ? ORDER BY name"
 SET_MAX_SESSIONS = "UPDATE slots SET max_sessions = ? WHERE machine = ? AND name = ? RETURNING name"
+SET_AGENT_PIN = "UPDATE slots SET agent_sha256 = ? WHERE machine = ? AND name = ? RETURNING name"
 
 # -- runs: reservation ----------------------------------------------------------
 # One attempt at one ordinal. The conflict target's WHERE repeats the index

@@ -48,6 +48,8 @@ class Slot(NamedTuple):
     tool: str
     max_sessions: int | None
     created_at: str = ""
+    #: the pinned SHA-256 (64 lowercase hex) of the agent binary; None: no pin
+    agent_sha256: str | None = None
 
     @classmethod
     def from_row(cls, r: Row) -> Slot:
@@ -64,6 +66,7 @@ class Slot(NamedTuple):
             "slot": self.name,
             "tool": self.tool,
             "max_sessions": self.max_sessions,
+            "agent_sha256": self.agent_sha256,
             "created_at": self.created_at,
         }
 

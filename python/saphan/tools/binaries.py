@@ -19,16 +19,20 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from saphan.errors import UserError
+from saphan.refusals import Refusal
 
 #: the versions this build composes command lines for and was measured with
 PINNED = {"claude": "2.1.197", "codex": "0.169.0"}
 NPM_PACKAGES = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex"}
+
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 _CODEX_TRIPLES = {
     ("Linux", "x86_64"): ("codex-linux-x64", "x86_64-unknown-linux-musl"),
@@ -100,3 +104,33 @@ def identify(tool: str) -> AgentBinary:
         raise UserError(f"{path} --version failed (exit {out.returncode}): "
                         f"{(out.stderr or out.stdout).strip()[:200]}")
     return AgentBinary(tool, path, _native.sha256_file(path), version)
+
+
+def check_pin_format(value: str) -> str:
+    """A slot pin as given to ``--pin-sha256``: exactly 64 lowercase hex digits."""
+    if not _SHA256_HEX.match(value):
+        raise UserError(
+            f"--pin-sha256 {value!r} is not a SHA-256 digest; give exactly 64 lowercase hex "
+            "digits (e.g. the output of `sha256sum BINARY`)"
+        )
+    return value
+
+
+def check_pin(machine: str, slot: str, pinned: str | None, path: str, sha256: str,
+              *, far: bool = False) -> None:
+    """Refuse (``digest-mismatch``) when a slot pins a digest the agent binary lacks.
+
+    Called with the digest of the binary about to be launched, before launch;
+    nothing happens when the slot pins nothing.
+    """
+    if pinned is None or pinned == sha256:
+        return
+    where = f" on {machine}" if far else ""
+    raise Refusal(
+        "digest-mismatch",
+        f"slot {slot} on machine {machine} pins the agent binary to SHA-256 {pinned}, but "
+        f"{path}{where} has SHA-256 {sha256}; it was not launched",
+        f"if the new binary at {path}{where} is one you trust (verify it first), re-pin with "
+        f"`saphan slot set {machine} {slot} --pin-sha256 {sha256}`; otherwise reinstall the "
+        "pinned version there",
+    )
