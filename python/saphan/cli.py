@@ -8,7 +8,6 @@ the store drivers, paramiko) are imported inside the verbs, never here.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -33,7 +32,15 @@ def _engine(ctx: click.Context) -> Engine:
 
 
 def _emit_json(value: Any) -> None:
+    import json
+
     click.echo(json.dumps(value, indent=2, sort_keys=True))
+
+
+def _emit_compact(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True)
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> None:
@@ -195,7 +202,7 @@ def machine_show(ctx: click.Context, name: str, as_json: bool) -> None:
         click.echo(f"  {s['slot']}  tool={s['tool']}  max_sessions={s['max_sessions']}")
     click.echo("facts:" if value["facts"] else "facts: none measured")
     for kind, fact in value["facts"].items():
-        click.echo(f"  {kind}: {json.dumps(fact['value'], sort_keys=True)} "
+        click.echo(f"  {kind}: {_emit_compact(fact['value'])} "
                    f"(measured {fact['measured_at']})")
 
 
@@ -508,7 +515,7 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     enforced = d.get("enforced_by")
     click.echo(f"run:         {d['id']}")
     click.echo(f"machine:     {d['machine']}  slot: {d['slot']}  ordinal: {d.get('session_ordinal')}")
-    click.echo(f"tool:        {d.get('tool')}  argv: {json.dumps(d.get('argv'))}")
+    click.echo(f"tool:        {d.get('tool')}  argv: {_emit_compact(d.get('argv'))}")
     click.echo(f"workdir:     {d.get('workdir')}")
     if d.get("worktree"):
         w = d["worktree"]
