@@ -70,12 +70,16 @@ def reserve_seat(
     ordinal = store.reserve(**args)  # type: ignore[arg-type]
     if ordinal is not None:
         return ordinal
-    recover_dead_holders(store, slot, remote)
+    tested = {run.id: life for run, life in recover_dead_holders(store, slot, remote)}
     ordinal = store.reserve(**args)  # type: ignore[arg-type]
     if ordinal is not None:
         return ordinal
-    # Read again for the message: what holds the seat now.
-    holding = [(r, holder_liveness(r, remote)) for r in store.live_runs(slot.machine, slot.name)]
+    # Read again for the message: what holds the seat now. Holders already
+    # tested a moment ago keep that verdict; only newcomers are tested.
+    holding = [
+        (r, tested[r.id] if r.id in tested else holder_liveness(r, remote))
+        for r in store.live_runs(slot.machine, slot.name)
+    ]
     raise Refusal(
         "seat-full",
         seat_full_message(slot, holding),

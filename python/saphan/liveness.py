@@ -39,12 +39,18 @@ class Liveness:
     evidence: str
 
 
+_boot_id: list[str | None] = []
+
+
 def boot_id() -> str | None:
-    try:
-        with open(_BOOT_ID_PATH) as f:
-            return f.read().strip()
-    except OSError:
-        return None
+    """This host's boot id (read once per process: it cannot change under us)."""
+    if not _boot_id:
+        try:
+            with open(_BOOT_ID_PATH) as f:
+                _boot_id.append(f.read().strip())
+        except OSError:
+            _boot_id.append(None)
+    return _boot_id[0]
 
 
 def process_start_ticks(pid: int) -> int | None:

@@ -50,8 +50,12 @@ class Store:
             for version, name, statements in MIGRATIONS:
                 if version in have or version > target:
                     continue
-                for sql in statements:
-                    self.db.execute(sql)
+                for statement in statements:
+                    if isinstance(statement, tuple):
+                        dialect, statement = statement
+                        if dialect != self.db.dialect:
+                            continue
+                    self.db.execute(statement)
                 self.db.execute(q.RECORD_MIGRATION, (version, name, now_iso()))
                 applied.append(version)
         return applied
@@ -123,8 +127,16 @@ class Store:
 
         Each attempt is one INSERT whose conflict clause matches the partial
         unique index; no count is read, so N live runs are N distinct keys.
+        On PostgreSQL the loop runs in the server (migration 3), one round trip.
         """
         host, pid, start_ticks, boot_id = holder
+        if self.db.dialect == "postgresql":
+            got = self.db.execute(
+                q.RESERVE_ORDINAL_PG,
+                (run_id, machine, slot, capacity, now_iso(), host, pid, start_ticks, boot_id,
+                 tool, workdir),
+            )
+            return None if not got or got[0][0] is None else int(got[0][0])
         for ordinal in range(capacity):
             got = self.db.execute(
                 q.RESERVE_ORDINAL,

@@ -1,13 +1,19 @@
 """The schema, as numbered migrations. The same SQL runs on SQLite and PostgreSQL.
 
-Never edit a released migration; add the next number. tests/store/test_migrations.py
+Never edit a released migration; add the next number. tests/test_store.py
 applies them on both stores and compares the resulting columns and indexes.
+A statement written as ``(dialect, sql)`` runs on that dialect only: the one
+such statement is PostgreSQL's server-side reservation loop (migration 3),
+which runs the very INSERT of store/queries.py RESERVE_ORDINAL per ordinal in
+one round trip; the tables and the index are the same on both stores.
 """
 
 from __future__ import annotations
 
+Statement = str | tuple[str, str]
+
 #: (version, name, statements)
-MIGRATIONS: list[tuple[int, str, list[str]]] = [
+MIGRATIONS: list[tuple[int, str, list[Statement]]] = [
     (
         1,
         "initial",
@@ -82,6 +88,51 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         [
             # A slot may pin the SHA-256 of its agent binary; NULL: no pin.
             "ALTER TABLE slots ADD COLUMN agent_sha256 TEXT",
+        ],
+    ),
+    (
+        3,
+        "pg-reserve-function",
+        [
+            # Reservation in one round trip on PostgreSQL: the same enumeration
+            # of ordinals 0..N-1, each attempt the same INSERT whose conflict
+            # clause repeats the partial index predicate; a losing attempt
+            # affects zero rows; no count is read. Only the loop moved into
+            # the server (16 contenders paid up to N round trips otherwise).
+            (
+                "postgresql",
+                """
+                CREATE OR REPLACE FUNCTION saphan_reserve(
+                    p_id TEXT, p_machine TEXT, p_slot TEXT, p_capacity INTEGER,
+                    p_started TEXT, p_host TEXT, p_pid INTEGER, p_ticks BIGINT,
+                    p_boot TEXT, p_tool TEXT, p_workdir TEXT
+                ) RETURNS INTEGER LANGUAGE plpgsql AS $fn$
+                DECLARE
+                    o INTEGER;
+                    got TEXT;
+                BEGIN
+                    FOR o IN 0 .. p_capacity - 1 LOOP
+                        got := NULL;
+                        INSERT INTO runs (
+                            id, machine, slot, session_ordinal, state, started_at,
+                            finished_at, holder_host, holder_pid, holder_start_ticks,
+                            holder_boot_id, tool, workdir, outcome, exit_code,
+                            refusal_class, record_json)
+                        VALUES (p_id, p_machine, p_slot, o, 'reserved', p_started, NULL,
+                                p_host, p_pid, p_ticks, p_boot, p_tool, p_workdir, NULL,
+                                NULL, NULL, NULL)
+                        ON CONFLICT (machine, slot, session_ordinal)
+                            WHERE finished_at IS NULL DO NOTHING
+                        RETURNING id INTO got;
+                        IF got IS NOT NULL THEN
+                            RETURN o;
+                        END IF;
+                    END LOOP;
+                    RETURN NULL;
+                END
+                $fn$
+                """,
+            ),
         ],
     ),
 ]

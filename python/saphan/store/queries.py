@@ -61,6 +61,9 @@ VALUES (?, ?, ?, ?, 'reserved', ?, NULL, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NUL
 ON CONFLICT (machine, slot, session_ordinal) WHERE finished_at IS NULL DO NOTHING
 RETURNING id"""
 
+# PostgreSQL: the same attempts, looped in the server (migration 3).
+RESERVE_ORDINAL_PG = "SELECT saphan_reserve(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
 # A run refused before it could hold an ordinal: born finished, outside the index.
 INSERT_REFUSED_RUN = f"""
 INSERT INTO runs ({RUN_COLUMNS})
