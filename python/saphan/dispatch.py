@@ -155,16 +155,29 @@ def execute_local(
     finally:
         if repo is not None and "worktree" in record:
             _settle_worktree(record["worktree"], repo, wd, keep_worktree)
-        record.update(
-            {"finished_at": now_iso(), "outcome": outcome, "exit_code": exit_code,
-             "state": state}
-        )
-        store.finalize(
-            run_id, state=state, outcome=outcome, exit_code=exit_code,
-            refusal_class=refusal_class, record_json=json.dumps(record, sort_keys=True),
-        )
-        engine.write_record_file(record)
+        finish_run(engine, record, state=state, outcome=outcome, exit_code=exit_code,
+                   refusal_class=refusal_class)
     return engine.run_record(run_id)
+
+
+def finish_run(
+    engine: Engine,
+    record: dict[str, Any],
+    *,
+    state: str,
+    outcome: str,
+    exit_code: int | None,
+    refusal_class: str | None,
+) -> None:
+    """Finalise a run's row by id and write its record file (every lane ends here)."""
+    record.update(
+        {"finished_at": now_iso(), "outcome": outcome, "exit_code": exit_code, "state": state}
+    )
+    engine.store.finalize(
+        record["id"], state=state, outcome=outcome, exit_code=exit_code,
+        refusal_class=refusal_class, record_json=json.dumps(record, sort_keys=True),
+    )
+    engine.write_record_file(record)
 
 
 def _compose_landlock(engine: Engine, machine: str, policy: Policy, agent_sha256: str) -> Boundary:

@@ -40,6 +40,7 @@ from saphan.confine import landlock
 from saphan.confine.landlock_gate import FACT_KIND as LANDLOCK_FACT
 from saphan.confine.landlock_gate import gate
 from saphan.confine.policy import Policy
+from saphan.dispatch import finish_run
 from saphan.errors import TransportError, UserError
 from saphan.liveness import Holder
 from saphan.refusals import Refusal
@@ -270,15 +271,8 @@ def execute_remote(
             store.set_record(run_id, json.dumps({**record, "state": "running"}, sort_keys=True))
             engine.write_record_file({**record, "state": "running"})
         else:
-            record.update(
-                {"finished_at": now_iso(), "outcome": outcome, "exit_code": exit_code,
-                 "state": state}
-            )
-            store.finalize(
-                run_id, state=state, outcome=outcome, exit_code=exit_code,
-                refusal_class=refusal_class, record_json=json.dumps(record, sort_keys=True),
-            )
-            engine.write_record_file(record)
+            finish_run(engine, record, state=state, outcome=outcome, exit_code=exit_code,
+                       refusal_class=refusal_class)
     return engine.run_record(run_id)
 
 
