@@ -31,3 +31,18 @@ def test_refusal_class_is_closed() -> None:
     r = Refusal("seat-full", "slot s on m carries 1 run and may carry 1", "wait")
     assert r.render() == ("refused [seat-full]: slot s on m carries 1 run and may carry 1\n"
                           "fix: wait")
+
+
+def test_reserved_markers_match_the_code() -> None:
+    """A class the docs call reserved is raised nowhere; every other class is raised."""
+    root = DOCS.parent.parent
+    sources = [p.read_text() for p in (root / "python" / "saphan").rglob("*.py")
+               if p.name != "refusals.py"]
+    sources += [p.read_text() for p in (root / "rust").rglob("*.rs")]
+    code = "\n".join(sources)
+    rows = {m.group(1): m.group(0) for m in
+            re.finditer(r"^\| `([a-z-]+)` \|.*$", DOCS.read_text(), flags=re.M)}
+    for cls, row in rows.items():
+        raised = f'"{cls}"' in code
+        reserved = "in this build: reserved" in row
+        assert raised != reserved, (cls, "raised" if raised else "never raised", row)
