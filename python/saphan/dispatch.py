@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from saphan import worktrees
@@ -68,7 +69,7 @@ def execute_local(
     ws = engine.workspace
     run_id = base["id"]
     record: dict[str, Any] = {**base, "started_at": now_iso(), "enforced_by": None}
-    outcome, state, exit_code, refusal_class = "error", "ended", None, None
+    end = RunEnd()
     try:
         agent = base.get("agent") or {}
         if slot.agent_sha256 is not None:
@@ -129,53 +130,66 @@ def execute_local(
             [*boundary.prefix, *argv], cwd=wd, run_dir=str(run_dir), env=env,
             stream=stream, stdin_path=adapter.stdin_path if adapter is not None else None,
         )
-        exit_code = finished.exit_code
-        outcome = "exited" if exit_code == 0 else "failed"
+        end.exited(finished.exit_code)
         record["output"] = {"stdout": finished.stdout_path, "stderr": finished.stderr_path}
         if adapter is not None:
             record.update(adapter.after_run(finished.stdout_path))
         if boundary.mechanism == "landlock":
             record["enforced_by"]["confirmation"] = _confirmation(finished.stderr_path)
-    except Refusal as refusal:
-        outcome, state, refusal_class = "refused", "refused", refusal.cls
-        record["refusal"] = refusal.as_dict()
-        refusal.run_id = run_id
-        raise
-    except local.Interrupted as intr:
-        outcome, exit_code = "interrupted", intr.exit_code
-        record["notes"] = [*record.get("notes", []), str(intr)]
-        raise
-    except KeyboardInterrupt:
-        outcome = "interrupted"
-        raise
     except BaseException as e:
-        outcome = "error"
-        record["error"] = f"{type(e).__name__}: {e}"
+        end.absorb(e, record)
         raise
     finally:
         if repo is not None and "worktree" in record:
             _settle_worktree(record["worktree"], repo, wd, keep_worktree)
-        finish_run(engine, record, state=state, outcome=outcome, exit_code=exit_code,
-                   refusal_class=refusal_class)
+        finish_run(engine, record, end)
     return engine.run_record(run_id)
 
 
-def finish_run(
-    engine: Engine,
-    record: dict[str, Any],
-    *,
-    state: str,
-    outcome: str,
-    exit_code: int | None,
-    refusal_class: str | None,
-) -> None:
+class RunEnd:
+    """How a run's body ended, as every lane records it.
+
+    Starts as "error" (anything unforeseen); ``exited`` records a normal end;
+    ``absorb`` classifies the exception on its way out (the caller re-raises).
+    """
+
+    def __init__(self) -> None:
+        self.outcome = "error"
+        self.state = "ended"
+        self.exit_code: int | None = None
+        self.refusal_class: str | None = None
+
+    def exited(self, code: int) -> None:
+        self.exit_code = code
+        self.outcome = "exited" if code == 0 else "failed"
+
+    def absorb(
+        self,
+        e: BaseException,
+        record: dict[str, Any],
+        interrupted_note: Callable[[local.Interrupted], str] = str,
+    ) -> None:
+        if isinstance(e, Refusal):
+            self.outcome, self.state, self.refusal_class = "refused", "refused", e.cls
+            record["refusal"] = e.as_dict()
+            e.run_id = record["id"]
+        elif isinstance(e, local.Interrupted):
+            self.outcome, self.exit_code = "interrupted", e.exit_code
+            record["notes"] = [*record.get("notes", []), interrupted_note(e)]
+        elif isinstance(e, KeyboardInterrupt):
+            self.outcome = "interrupted"
+        else:
+            self.outcome = "error"
+            record["error"] = f"{type(e).__name__}: {e}"
+
+
+def finish_run(engine: Engine, record: dict[str, Any], end: RunEnd) -> None:
     """Finalise a run's row by id and write its record file (every lane ends here)."""
-    record.update(
-        {"finished_at": now_iso(), "outcome": outcome, "exit_code": exit_code, "state": state}
-    )
+    record.update({"finished_at": now_iso(), "outcome": end.outcome,
+                   "exit_code": end.exit_code, "state": end.state})
     engine.store.finalize(
-        record["id"], state=state, outcome=outcome, exit_code=exit_code,
-        refusal_class=refusal_class, record_json=json.dumps(record, sort_keys=True),
+        record["id"], state=end.state, outcome=end.outcome, exit_code=end.exit_code,
+        refusal_class=end.refusal_class, record_json=json.dumps(record, sort_keys=True),
     )
     engine.write_record_file(record)
 

@@ -40,14 +40,13 @@ from saphan.confine import landlock
 from saphan.confine.landlock_gate import FACT_KIND as LANDLOCK_FACT
 from saphan.confine.landlock_gate import gate
 from saphan.confine.policy import Policy
-from saphan.dispatch import finish_run
+from saphan.dispatch import RunEnd, finish_run
 from saphan.errors import TransportError, UserError
 from saphan.liveness import Holder
 from saphan.refusals import Refusal
 from saphan.store.rows import Machine, Slot
 from saphan.timefmt import now_iso
 from saphan.tools.binaries import check_pin
-from saphan.transport import local
 
 if TYPE_CHECKING:
     from saphan.engine import Engine
@@ -130,7 +129,7 @@ def execute_remote(
     run_id = base["id"]
     name = machine.name
     record: dict[str, Any] = {**base, "started_at": now_iso(), "enforced_by": None}
-    outcome, state, exit_code, refusal_class = "error", "ended", None, None
+    end = RunEnd()
     far: dict[str, Any] = {}
     leave_live = False
     try:
@@ -242,24 +241,10 @@ def execute_remote(
                 f"deliver it again: `saphan machine deliver {name}`, then `saphan machine "
                 f"probe-confinement {name}`; investigate {name} if it recurs",
             )
-        exit_code = finished.exit_code
-        outcome = "exited" if exit_code == 0 else "failed"
-    except Refusal as refusal:
-        outcome, state, refusal_class = "refused", "refused", refusal.cls
-        record["refusal"] = refusal.as_dict()
-        refusal.run_id = run_id
-        raise
-    except local.Interrupted as intr:
-        outcome, exit_code = "interrupted", intr.exit_code
-        record["notes"] = [*record.get("notes", []),
-                           f"{intr}: the far process on {name} was hung up (SIGHUP)"]
-        raise
-    except KeyboardInterrupt:
-        outcome = "interrupted"
-        raise
+        end.exited(finished.exit_code)
     except BaseException as e:
-        outcome = "error"
-        record["error"] = f"{type(e).__name__}: {e}"
+        end.absorb(e, record,
+                   lambda intr: f"{intr}: the far process on {name} was hung up (SIGHUP)")
         raise
     finally:
         if leave_live:
@@ -271,8 +256,7 @@ def execute_remote(
             store.set_record(run_id, json.dumps({**record, "state": "running"}, sort_keys=True))
             engine.write_record_file({**record, "state": "running"})
         else:
-            finish_run(engine, record, state=state, outcome=outcome, exit_code=exit_code,
-                       refusal_class=refusal_class)
+            finish_run(engine, record, end)
     return engine.run_record(run_id)
 
 
