@@ -61,6 +61,11 @@ def read_key_file(path: str, length: int) -> bytes:
     ``length`` bytes — all before a byte is read). Raises KeyCustodyError on a
     custody failure, OSError (e.g. FileNotFoundError) on plain I/O errors."""
 
+def read_secret_file(path: str, max_len: int) -> bytes:
+    """Reads a lane credential file after its custody checks: those of
+    :func:`read_key_file`, plus exactly one hard link and 1..``max_len``
+    bytes. Raises KeyCustodyError on a custody failure, OSError otherwise."""
+
 def parse_policy(json: str) -> str:
     """Parses a launcher policy with saphan-launcher's own parser and returns
     its canonical JSON. Raises ValueError with the parser's message (which

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from saphan.engine import Engine
 
 EXIT_FAILED = 1
@@ -426,7 +428,7 @@ def slot_set(
                    "machine at or above the floor) instead of the platform's own boundary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final record as JSON.")
 @click.option("--prompt", default=None, metavar="TEXT",
-              help="Agent slots (claude, codex): the task. Passed to the tool on stdin.")
+              help="Agent slots (claude, codex, loop): the task, never on a command line.")
 @click.option("--prompt-file", type=click.Path(dir_okay=False), default=None,
               help="Agent slots: read the task from FILE.")
 @click.option("--model", default=None, metavar="NAME",
@@ -436,18 +438,28 @@ def slot_set(
 @click.option("--resume", "resume", default=None, metavar="RUN",
               help="Agent slots: continue RUN's tool session, explicitly and on the record "
                    "(the only way a session is ever continued).")
+@click.option("--lane", default=None, metavar="NAME",
+              help="Loop slots: the model lane (default: the only one declared).")
+@click.option("--max-turns", type=int, default=None, metavar="N",
+              help="Loop slots: model turns before the run ends (default 50).")
+@click.option("--max-seconds", type=int, default=None, metavar="S",
+              help="Loop slots: wall-clock budget in seconds (default 1800).")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 @click.pass_context
 def run(
     ctx: click.Context, machine_name: str, slot_name: str, workdir: str | None,
     repo: str | None, base_ref: str | None, keep_worktree: bool, boundary: str | None,
     as_json: bool, prompt: str | None, prompt_file: str | None, model: str | None,
-    permission_class: str | None, resume: str | None, command: tuple[str, ...],
+    permission_class: str | None, resume: str | None, lane: str | None,
+    max_turns: int | None, max_seconds: int | None, command: tuple[str, ...],
 ) -> None:
     """Run COMMAND inside the write boundary: saphan run --machine M --slot S -- CMD ARGS…
 
     On a claude or codex slot, give the task instead of a command:
     saphan run --machine M --slot S --prompt TEXT [--model NAME] [--resume RUN]
+
+    On a loop slot (saphan's own agent loop), the lane names the endpoint and
+    model: saphan run --machine M --slot S --prompt TEXT [--lane NAME]
 
     The run's output streams here and to $SAPHAN_HOME/runs/<id>/. Exit status:
     0 when the command exited 0, 1 when it failed, 3 when refused.
@@ -456,9 +468,11 @@ def run(
 
     engine = _engine(ctx)
     request = None
-    if any(v is not None for v in (prompt, prompt_file, model, permission_class, resume)):
+    if any(v is not None for v in (prompt, prompt_file, model, permission_class, resume, lane,
+                                   max_turns, max_seconds)):
         request = Request(prompt=prompt, prompt_file=prompt_file, model=model,
-                          permission_class=permission_class, resume=resume)
+                          permission_class=permission_class, resume=resume, lane=lane,
+                          max_turns=max_turns, max_seconds=max_seconds)
     record = engine.run(machine_name, slot_name, list(command), workdir=workdir,
                         stream=not as_json, boundary=boundary, repo=repo, base_ref=base_ref,
                         keep_worktree=keep_worktree, request=request)
@@ -473,6 +487,104 @@ def run(
         )
     if record.exit_code != 0:
         ctx.exit(EXIT_FAILED)
+
+
+# -- lanes ----------------------------------------------------------------------
+
+@cli.group()
+def lane() -> None:
+    """Lanes: model endpoints for the built-in loop (docs/loop.md).
+
+    A lane is an OpenAI-compatible chat-completions endpoint (llama.cpp,
+    vLLM, Ollama, ...), the model to ask for, and a file holding its API key
+    (yours, mode 0600, one link). Inside a loop run's jail every lane's key
+    file and the lanes file are unreadable; the key reaches the loop on a pipe.
+    """
+
+
+@lane.command("add")
+@click.argument("name")
+@click.option("--base-url", required=True, metavar="URL",
+              help="The endpoint's OpenAI-compatible base, e.g. http://127.0.0.1:8080/v1.")
+@click.option("--model", required=True, metavar="M", help="The model the loop asks for.")
+@click.option("--credential-file", required=True, type=click.Path(dir_okay=False),
+              metavar="PATH", help="File holding the API key (mode 0600, owned by you).")
+@click.option("--credential-env", default="OPENAI_API_KEY", show_default=True, metavar="VAR",
+              help="The variable this key is known by; scrubbed from every loop environment.")
+@click.option("--timeout", type=int, default=120, show_default=True, metavar="S",
+              help="Seconds one request to the endpoint may take.")
+@click.pass_context
+def lane_add(ctx: click.Context, name: str, base_url: str, model: str, credential_file: str,
+             credential_env: str, timeout: int) -> None:
+    """Declare a lane (its credential file's custody is checked now)."""
+    from saphan import lanes
+
+    engine = _engine(ctx)
+    got = lanes.add(lanes.path(_workspace_home(engine)), lanes.Lane(
+        name=name, base_url=base_url, model=model, credential_file=credential_file,
+        credential_env=credential_env, timeout=timeout))
+    click.echo(f"added lane {got.name}: {got.model} at {got.base_url} (key file "
+               f"{got.credential_file}, custody ok; known as ${got.credential_env})")
+
+
+@lane.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def lane_list(ctx: click.Context, as_json: bool) -> None:
+    """List the declared lanes (never their keys)."""
+    from saphan import lanes
+
+    declared = lanes.load(lanes.path(_workspace_home(_engine(ctx)))).values()
+    if as_json:
+        _emit_json([x.as_dict() for x in declared])
+        return
+    _table(["lane", "model", "base url", "credential file", "variable", "timeout"],
+           [[x.name, x.model, x.base_url, x.credential_file, x.credential_env, x.timeout]
+            for x in declared])
+
+
+@lane.command("check")
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def lane_check(ctx: click.Context, name: str | None, as_json: bool) -> None:
+    """Check the custody of every lane's credential file (or one lane's).
+
+    Exit 3 (custody-key-unsafe) on the first file that fails; nothing is sent
+    to any endpoint.
+    """
+    from saphan import lanes
+
+    file = lanes.path(_workspace_home(_engine(ctx)))
+    declared = [lanes.get(file, name)] if name else list(lanes.load(file).values())
+    results = []
+    for x in declared:
+        lanes.read_credential(x)
+        results.append({"lane": x.name, "credential_file": x.credential_file,
+                        "custody": "ok"})
+    if as_json:
+        _emit_json(results)
+        return
+    for r in results:
+        click.echo(f"lane {r['lane']}: {r['credential_file']}: custody ok")
+    if not results:
+        click.echo("no lanes declared; add one with `saphan lane add`")
+
+
+@lane.command("remove")
+@click.argument("name")
+@click.pass_context
+def lane_remove(ctx: click.Context, name: str) -> None:
+    """Remove a lane (its credential file is left where it is)."""
+    from saphan import lanes
+
+    gone = lanes.remove(lanes.path(_workspace_home(_engine(ctx))), name)
+    click.echo(f"removed lane {gone.name} (its key file {gone.credential_file} was not touched)")
+
+
+def _workspace_home(engine: Engine) -> Path:
+    engine.config  # noqa: B018 - a missing workspace is the error `saphan init` fixes
+    return engine.workspace.home
 
 
 @cli.group()

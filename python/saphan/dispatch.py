@@ -70,6 +70,7 @@ def execute_local(
     run_id = base["id"]
     record: dict[str, Any] = {**base, "started_at": now_iso(), "enforced_by": None}
     end = RunEnd()
+    was_dumpable = False
     try:
         agent = base.get("agent") or {}
         if slot.agent_sha256 is not None:
@@ -93,7 +94,8 @@ def execute_local(
             wd,
             return_path=str(out_dir),
             session_dirs=adapter.session_dirs() if adapter is not None else (),
-            read_denials=(str(ws.key_path), str(ws.config_path)),
+            read_denials=(str(ws.key_path), str(ws.config_path),
+                          *(adapter.read_denials() if adapter is not None else ())),
         )
         vendor = adapter.vendor_boundary(policy) if adapter is not None else None
         if vendor is not None:
@@ -124,22 +126,36 @@ def execute_local(
         env["TMPDIR"] = policy.scratch_dir
         env["SAPHAN_RUN_ID"] = run_id
         env["SAPHAN_RETURN_PATH"] = str(out_dir)
+        secret = None
+        if adapter is not None:
+            env = adapter.environment(env)
+            secret = adapter.stdin_bytes()
+            if secret is not None:
+                # This process holds the key (and maybe the operator's export of
+                # it): while the run lasts, no same-user process may read its
+                # memory or environ. Restored when the run ends.
+                was_dumpable = local.set_dumpable(False)
         store.mark_running(run_id)
         engine.write_record_file({**record, "state": "running"})
         finished = local.run(
             [*boundary.prefix, *argv], cwd=wd, run_dir=str(run_dir), env=env,
             stream=stream, stdin_path=adapter.stdin_path if adapter is not None else None,
+            stdin_bytes=secret,
         )
         end.exited(finished.exit_code)
         record["output"] = {"stdout": finished.stdout_path, "stderr": finished.stderr_path}
         if adapter is not None:
-            record.update(adapter.after_run(finished.stdout_path))
+            facts = adapter.after_run(finished.stdout_path)
+            record.update(facts)
+            end.outcome = adapter.outcome(facts) or end.outcome
         if boundary.mechanism == "landlock":
             record["enforced_by"]["confirmation"] = _confirmation(finished.stderr_path)
     except BaseException as e:
         end.absorb(e, record)
         raise
     finally:
+        if was_dumpable:
+            local.set_dumpable(True)
         if repo is not None and "worktree" in record:
             _settle_worktree(record["worktree"], repo, wd, keep_worktree)
         finish_run(engine, record, end)

@@ -517,7 +517,8 @@ class Engine:
         runs in a new linked worktree of that repository on branch
         ``saphan/<run-id>`` (from ``base_ref``, default HEAD), kept afterwards
         unless ``keep_worktree`` is False. ``request`` is the task for an
-        agent slot (claude, codex): prompt, model, permission class, resume.
+        agent slot (claude, codex, loop): prompt, model, permission class,
+        resume; for a loop slot the lane and the turn/time budgets.
         """
         from saphan.dispatch import execute_local
 
@@ -616,8 +617,12 @@ class Engine:
         from saphan.dispatch import execute_local
         from saphan.tools.launch import prepare
 
-        adapter = prepare(self, s.tool, request, workdir=wd, run_id=base["id"],
-                          confinement=mode, run_dir=self.workspace.run_dir(base["id"]))
+        try:
+            adapter = prepare(self, s.tool, request, workdir=wd, run_id=base["id"],
+                              confinement=mode, run_dir=self.workspace.run_dir(base["id"]))
+        except Refusal as refusal:
+            self._record_refused(base, s.tool, holder, refusal)
+            raise
         base["agent"] = adapter.binary.as_record()
         try:
             ordinal = reserve_seat(
@@ -695,11 +700,30 @@ def _check_request_fits(
         if s.tool == "codex" and boundary is not None:
             raise UserError("Codex confines itself (the engine's boundary cannot nest around "
                             "its sandbox); drop --boundary for a codex slot")
+        loop_only = {"--lane": request.lane, "--max-turns": request.max_turns,
+                     "--max-seconds": request.max_seconds}
+        if s.tool == "loop":
+            if request.model is not None:
+                raise UserError("a loop slot runs the model its lane names; drop --model "
+                                "(see `saphan lane list`, or choose another lane with --lane)")
+            if request.resume is not None:
+                raise UserError("the built-in loop keeps no sessions, so there is nothing to "
+                                "--resume; start a new run with the task")
+            for flag, value in (("--max-turns", request.max_turns),
+                                ("--max-seconds", request.max_seconds)):
+                if value is not None and value < 1:
+                    raise UserError(f"{flag} {value} is below 1")
+        elif any(v is not None for v in loop_only.values()):
+            given = ", ".join(k for k, v in loop_only.items() if v is not None)
+            raise UserError(f"{given}: only for loop slots; slot {s.name!r} runs {s.tool}")
         return
     if request is not None and (request.prompt is not None or request.prompt_file is not None
-                                or request.model is not None or request.resume is not None):
+                                or request.model is not None or request.resume is not None
+                                or request.lane is not None or request.max_turns is not None
+                                or request.max_seconds is not None):
         raise UserError(f"slot {s.name!r} runs tool {s.tool!r}: --prompt, --prompt-file, "
-                        "--model and --resume are for claude and codex slots")
+                        "--model, --resume, --lane and --max-* are for agent slots "
+                        "(claude, codex, loop)")
     if not command:
         raise UserError("nothing to run: give the command after `--`")
 

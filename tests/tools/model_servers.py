@@ -10,6 +10,9 @@ message — and records every request body so a test can read what the CLI sent
 - :class:`MessagesServer` — the Anthropic Messages API (``POST /v1/messages``
   with ``stream: true``, SSE ``message_start`` … ``message_stop``), which
   Claude Code speaks at ``ANTHROPIC_BASE_URL``.
+- :class:`ChatCompletionsServer` — OpenAI chat completions
+  (``POST …/chat/completions``, non-streaming), which saphan's own loop
+  speaks to a lane, as llama.cpp, vLLM and Ollama serve it.
 
 A turn is ``("shell", "<command line>")``, ``("write", path, content)`` (Claude's
 Write tool) or ``("text", "<final message>")``. A request after the script is
@@ -33,6 +36,10 @@ class _Server:
         self.script = list(script)
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
+        #: the headers of every POST, in order (a test reads Authorization)
+        self.headers: list[dict[str, str]] = []
+        #: the raw body of every POST, in order
+        self.bodies: list[bytes] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         owner = self
@@ -62,6 +69,8 @@ class _Server:
                 with owner._lock:
                     owner.paths.append("POST " + self.path)
                     owner.requests.append(body)
+                    owner.headers.append(dict(self.headers.items()))
+                    owner.bodies.append(raw)
                 owner.on_post(self, body)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -255,3 +264,70 @@ class MessagesServer(_Server):
                         out.append(c if isinstance(c, str) else json.dumps(c))
             break
         return out
+
+
+# -- OpenAI chat completions (saphan's own loop) ------------------------------------
+
+class ChatCompletionsServer(_Server):
+    """Each POST is the next entry of the script (retries consume entries too):
+
+    - ``("calls", [(name, arguments), ...])``: one assistant message with
+      those tool calls (``arguments`` a dict, or a str sent verbatim — a
+      malformed call);
+    - ``("text", message)``: a final answer without tool calls;
+    - ``("status", code)`` / ``("status", code, retry_after)``: an HTTP error;
+    - ``("sleep", seconds)``: answer "late" after that long (a timeout);
+    - ``("raw", body)``: HTTP 200 with a body that is not a chat completion.
+    """
+
+    def on_post(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        import time
+
+        if not h.path.rstrip("/").endswith("/chat/completions"):
+            _json(h, 404, {"error": {"message": f"no route {h.path}"}})
+            return
+        turn: Any = self.next_turn(len(self.requests) - 1)
+        kind = turn[0]
+        if kind == "status":
+            data = json.dumps({"error": {"message": f"scripted HTTP {turn[1]}"}}).encode()
+            h.send_response(turn[1])
+            if len(turn) > 2:
+                h.send_header("Retry-After", str(turn[2]))
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data)
+            return
+        if kind == "raw":
+            data = turn[1].encode()
+            h.send_response(200)
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data)
+            return
+        if kind == "sleep":
+            time.sleep(turn[1])
+            turn = ("text", "late")
+        message: dict[str, Any] = {"role": "assistant", "content": None}
+        if kind == "calls":
+            message["tool_calls"] = [
+                {"id": self.new_id("call"), "type": "function",
+                 "function": {"name": name,
+                              "arguments": args if isinstance(args, str) else json.dumps(args)}}
+                for name, args in turn[1]]
+            finish = "tool_calls"
+        else:
+            message["content"] = turn[1]
+            finish = "stop"
+        _json(h, 200, {"id": self.new_id("chatcmpl"), "object": "chat.completion",
+                       "model": body.get("model"), "choices": [
+                           {"index": 0, "message": message, "finish_reason": finish}],
+                       "usage": {"prompt_tokens": 100, "completion_tokens": 20,
+                                 "total_tokens": 120}})
+
+    def tool_results(self) -> list[str]:
+        """Every tool message the loop sent back, in order (last request)."""
+        if not self.requests:
+            return []
+        return [str(m.get("content")) for m in self.requests[-1].get("messages") or []
+                if isinstance(m, dict) and m.get("role") == "tool"]

@@ -6,11 +6,13 @@
     codex    Codex CLI, confined by its own sandbox, composed and pinned by the
              engine per run (codex.py)
 
-The built-in loop has a slot kind in the schema but no adapter in this build;
-a run on such a slot is refused by :func:`saphan.engine.Engine.run` with a
-message saying so. docs/tools.md has the whole picture.
+    loop     saphan's own agent loop on a local model lane, confined by the
+             engine like claude and blinded to every lane's credential
+             (saphan.loop; docs/loop.md)
+
+docs/tools.md has the whole picture.
 """
 
 TOOLS = ("command", "claude", "codex", "loop")
-DISPATCHABLE = ("command", "claude", "codex")
-AGENT_TOOLS = ("claude", "codex")
+DISPATCHABLE = ("command", "claude", "codex", "loop")
+AGENT_TOOLS = ("claude", "codex", "loop")

@@ -7,11 +7,16 @@ from its output afterwards (so a later ``saphan run --resume RUN`` can name
 it). The dispatcher (saphan.dispatch) calls, in order:
 
     session_dirs()          -> extra grants for the derived policy
+    read_denials()          -> extra read denials for it (the loop's blinding)
     vendor_boundary(policy) -> a Boundary when the tool confines itself, else None
     argv(policy)            -> the tool's command line (the prompt is on stdin)
     guard(final_argv)       -> the argv guard, on boundary prefix + argv
     record(policy)          -> what the record says about the tool and its policy
+    environment(env)        -> the environment the boundary is started with
+    stdin_path / stdin_bytes() -> the tool's stdin: a file (the prompt), or
+                               bytes written into a pipe (the loop's key)
     after_run(stdout_path)  -> facts read back from the tool's output
+    outcome(facts)          -> the run's outcome, when the tool names a finer one
 """
 
 from __future__ import annotations
@@ -41,11 +46,20 @@ class Adapter(ABC):
     tool = ""
 
     @property
-    def stdin_path(self) -> str:
+    def stdin_path(self) -> str | None:
         return self.instruction.prompt_path
+
+    def stdin_bytes(self) -> bytes | None:
+        return None
 
     def session_dirs(self) -> tuple[str, ...]:
         return ()
+
+    def read_denials(self) -> tuple[str, ...]:
+        return ()
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        return env
 
     def vendor_boundary(self, policy: Policy) -> Boundary | None:
         return None
@@ -70,6 +84,9 @@ class Adapter(ABC):
 
     def after_run(self, stdout_path: str) -> dict[str, Any]:
         return {}
+
+    def outcome(self, facts: dict[str, Any]) -> str | None:
+        return None
 
 
 def first_json_event(path: str, predicate: Any) -> dict[str, Any] | None:

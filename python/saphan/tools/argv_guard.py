@@ -20,7 +20,10 @@ refused and ``--yolo-mode-docs`` is not. The prompt is never on the command
 line (adapters pass it on stdin), so no word of a task can trip — or slip
 past — this check.
 
-Which tools: Claude Code and Codex CLI, whose argv the engine composes. The
+Which tools: Claude Code and Codex CLI, whose argv the engine composes, and
+the built-in loop (``python -I -m saphan.loop.agent SPEC``: its model rides
+the spec file, named by the lane, and it has no sessions, so only the bypass
+tokens apply to its argv). The
 generic ``command`` tool runs the operator's own command line verbatim; the
 guard does not second-guess it (an operator who types a bypass flag into
 their own command is not an agent asking for one), and the boundary around
@@ -54,21 +57,24 @@ BYPASS_TOKENS: frozenset[str] = frozenset({
 SUBSTITUTION_FLAGS: dict[str, frozenset[str]] = {
     "claude": frozenset({"--fallback-model"}),
     "codex": frozenset({"--oss", "--local-provider"}),
+    "loop": frozenset(),
 }
 #: Flags whose value is the model.
 MODEL_FLAGS: dict[str, frozenset[str]] = {
     "claude": frozenset({"--model"}),
     "codex": frozenset({"--model", "-m"}),
+    "loop": frozenset(),
 }
 #: Elements that continue or fork another session.
 RESUME_TOKENS: dict[str, frozenset[str]] = {
     "claude": frozenset({"--continue", "-c", "--resume", "-r", "--fork-session"}),
     "codex": frozenset({"resume", "fork", "--last"}),
+    "loop": frozenset(),
 }
 #: Codex's config-override flags: their operand is ``key=value``.
 _CONFIG_FLAGS = frozenset({"-c", "--config"})
 
-TOOLS = ("claude", "codex")
+TOOLS = ("claude", "codex", "loop")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from saphan.tools.instruction import Instruction, Resume
 
 if TYPE_CHECKING:
     from saphan.engine import Engine
+    from saphan.lanes import Lane
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,10 @@ class Request:
     model: str | None = None
     permission_class: str | None = None
     resume: str | None = None
+    #: loop slots: the lane (default: the only one declared) and the budgets
+    lane: str | None = None
+    max_turns: int | None = None
+    max_seconds: int | None = None
 
 
 def prepare(
@@ -65,7 +70,7 @@ def prepare(
             f"{', '.join(pc.write_scope)}, and the working directory is {wd}; run inside its "
             "write scope or use another class"
         )
-    if pc is not None:
+    if pc is not None and tool != "loop":
         missing = [v for v in pc.credentials if not os.environ.get(v)]
         if missing:
             raise UserError(
@@ -74,7 +79,13 @@ def prepare(
                 "the agent at launch and records only their names)"
             )
     resume = _resume(engine, tool, request.resume, wd) if request.resume else None
-    binary = binaries.identify(tool)
+    if tool == "loop":
+        from saphan.loop.adapter import interpreter
+
+        lane_parts = _lane(engine, request)
+        binary = interpreter()
+    else:
+        binary = binaries.identify(tool)
     run_dir.mkdir(parents=True, exist_ok=True)
     prompt_path = run_dir / "prompt.txt"
     prompt_path.write_text(prompt, encoding="utf-8")
@@ -85,7 +96,34 @@ def prepare(
     if tool == "codex":
         return CodexAdapter(binary, instruction, confinement, run_id,
                             provider=_codex_provider(engine))
+    if tool == "loop":
+        from saphan.loop.adapter import DEFAULT_MAX_SECONDS, DEFAULT_MAX_TURNS, LoopAdapter
+
+        lane, secret, hidden, scrub = lane_parts
+        return LoopAdapter(
+            binary, instruction, confinement, run_id, lane=lane, secret=secret,
+            hidden=hidden, scrub_env=scrub, spec_path=str(run_dir / "loop-spec.json"),
+            out_dir=str(run_dir / "out"),
+            max_turns=request.max_turns or DEFAULT_MAX_TURNS,
+            max_seconds=request.max_seconds or DEFAULT_MAX_SECONDS,
+        )
     raise UserError(f"tool {tool!r} has no adapter in this build")
+
+
+def _lane(engine: Engine, request: Request) -> tuple[Lane, bytes, tuple[str, ...],
+                                                   tuple[str, ...]]:
+    """The run's lane and its key (read here, outside any jail, under custody),
+    what the jail must hide (every lane's credential file and the lanes
+    file), and every lane's credential variable (scrubbed by name)."""
+    from saphan import lanes
+
+    file = lanes.path(engine.workspace.home)
+    lane = lanes.get(file, request.lane)
+    secret = lanes.read_credential(lane)
+    declared = lanes.load(file).values()
+    hidden = (str(file), *dict.fromkeys(os.path.realpath(x.credential_file) for x in declared))
+    scrub = tuple(dict.fromkeys(x.credential_env for x in declared))
+    return lane, secret, hidden, scrub
 
 
 def _resume(engine: Engine, tool: str, run_ref: str, workdir: str) -> Resume:

@@ -46,6 +46,26 @@ def _die_with_saphan() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
 
 
+def set_dumpable(on: bool) -> bool:
+    """Set PR_SET_DUMPABLE on this process; returns the previous setting.
+
+    Off, /proc/<pid>/{environ,mem,root} and ptrace are closed to every
+    same-user process without CAP_SYS_PTRACE — the key a process holds in
+    memory, and an operator's exported copy of it in its environment, stay
+    its own. (Not Linux: nothing to do, and "on" is returned.)
+    """
+    if sys.platform != "linux":
+        return True
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_get_dumpable, pr_set_dumpable = 3, 4
+    previous = bool(libc.prctl(pr_get_dumpable, 0, 0, 0, 0) == 1)
+    if libc.prctl(pr_set_dumpable, 1 if on else 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE) failed")
+    return previous
+
+
 @contextmanager
 def _forward_signals(proc: subprocess.Popen[bytes], got: list[int]) -> Iterator[None]:
     def handler(signum: int, _frame: object) -> None:
@@ -69,14 +89,16 @@ def run(
     env: dict[str, str] | None = None,
     stream: bool = True,
     stdin_path: str | None = None,
+    stdin_bytes: bytes | None = None,
 ) -> Finished:
-    """Run ``argv``; stdin is /dev/null, or the file ``stdin_path`` (an agent's
-    prompt: never on the command line)."""
+    """Run ``argv``; stdin is /dev/null, the file ``stdin_path`` (an agent's
+    prompt: never on the command line), or a pipe holding ``stdin_bytes`` and
+    then EOF (the loop's key: never in argv or an environment)."""
     out_path = os.path.join(run_dir, "stdout.log")
     err_path = os.path.join(run_dir, "stderr.log")
     got: list[int] = []
     with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f, \
-            open(stdin_path or os.devnull, "rb") as in_f:
+            _stdin(stdin_path, stdin_bytes) as in_f:
         proc = subprocess.Popen(
             argv, cwd=cwd, env=env, stdin=in_f,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -94,6 +116,22 @@ def run(
     if got:
         raise Interrupted(got[0], code)
     return Finished(code, out_path, err_path)
+
+
+def _stdin(path: str | None, data: bytes | None) -> IO[bytes]:
+    """The child's stdin. Bytes go into a pipe that is filled and closed
+    before the child starts (so it reads them, then EOF); they must fit the
+    pipe's buffer, which is never less than 4096 bytes on Linux and macOS."""
+    if data is None:
+        return open(path or os.devnull, "rb")
+    if len(data) > 4096:
+        raise ValueError("stdin_bytes is limited to 4096 bytes (one pipe buffer)")
+    r, w = os.pipe()
+    try:
+        os.write(w, data)
+    finally:
+        os.close(w)
+    return os.fdopen(r, "rb")
 
 
 def _pump(sinks: dict[int, tuple[IO[bytes], IO[bytes] | None]]) -> None:

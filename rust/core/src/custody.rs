@@ -1,4 +1,5 @@
-//! Custody: who can replace the binary that is running, and who can read a key.
+//! Custody: who can replace the binary that is running, and who can read a key
+//! or a lane credential.
 //!
 //! The binary check is four clauses about identity (SPEC.md §7), evaluated
 //! by a pure function over stat facts so the whole table can be tested
@@ -321,11 +322,41 @@ pub fn check_binary(path: &Path, caller: &Caller) -> Result<StatFacts, BinaryCus
     Ok(facts)
 }
 
-// ---- key files ---------------------------------------------------------
+// ---- key and credential files --------------------------------------------
 
-/// Why a key file was not read. Every variant except `Io` is a custody
-/// refusal (custody-key-unsafe); `Io` is a plain I/O error (missing file,
-/// permission denied, read error).
+/// Which kind of secret a custody-checked read was for: it names the file in
+/// every message and picks the remediation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecretKind {
+    /// The record key (`read_key_file`): exact length.
+    Key,
+    /// A lane credential, e.g. an API key (`read_secret_file`): one name,
+    /// non-empty, bounded length.
+    Credential,
+}
+
+impl SecretKind {
+    /// `"key"` or `"credential"`.
+    pub fn noun(self) -> &'static str {
+        match self {
+            SecretKind::Key => "key",
+            SecretKind::Credential => "credential",
+        }
+    }
+
+    /// `"key file"` or `"credential file"`.
+    pub fn file_noun(self) -> &'static str {
+        match self {
+            SecretKind::Key => "key file",
+            SecretKind::Credential => "credential file",
+        }
+    }
+}
+
+/// Why a key or credential file was not read. Every variant except `Io` is a
+/// custody refusal (custody-key-unsafe) and carries `what`, the kind of file
+/// it was; `Io` is a plain I/O error (missing file, permission denied, read
+/// error) whose message is the system's own.
 #[derive(Debug)]
 pub enum KeyCustodyError {
     Io {
@@ -334,28 +365,51 @@ pub enum KeyCustodyError {
     },
     /// The final component is a symbolic link (O_NOFOLLOW answered ELOOP).
     Symlink {
+        what: SecretKind,
         path: PathBuf,
     },
     NotRegular {
+        what: SecretKind,
         path: PathBuf,
         kind: &'static str,
     },
     WrongOwner {
+        what: SecretKind,
         path: PathBuf,
         owner_uid: u32,
         euid: u32,
     },
     ModeTooOpen {
+        what: SecretKind,
         path: PathBuf,
         mode: u32,
     },
+    /// More than one hard link: another name for the same secret, which a
+    /// read denial on this path would not cover.
+    Linked {
+        what: SecretKind,
+        path: PathBuf,
+        nlink: u64,
+    },
     WrongLength {
+        what: SecretKind,
         path: PathBuf,
         expected: u64,
         found: u64,
     },
+    Empty {
+        what: SecretKind,
+        path: PathBuf,
+    },
+    TooLong {
+        what: SecretKind,
+        path: PathBuf,
+        max: u64,
+        found: u64,
+    },
     /// The contents changed between fstat and the read.
     Changed {
+        what: SecretKind,
         path: PathBuf,
         expected: u64,
     },
@@ -367,31 +421,63 @@ impl KeyCustodyError {
         !matches!(self, KeyCustodyError::Io { .. })
     }
 
+    /// The kind of file refused; `None` for plain I/O errors.
+    pub fn what(&self) -> Option<SecretKind> {
+        match self {
+            KeyCustodyError::Io { .. } => None,
+            KeyCustodyError::Symlink { what, .. }
+            | KeyCustodyError::NotRegular { what, .. }
+            | KeyCustodyError::WrongOwner { what, .. }
+            | KeyCustodyError::ModeTooOpen { what, .. }
+            | KeyCustodyError::Linked { what, .. }
+            | KeyCustodyError::WrongLength { what, .. }
+            | KeyCustodyError::Empty { what, .. }
+            | KeyCustodyError::TooLong { what, .. }
+            | KeyCustodyError::Changed { what, .. } => Some(*what),
+        }
+    }
+
     pub fn remediation(&self) -> String {
         match self {
             KeyCustodyError::Io { path, .. } => {
                 format!("check that {} exists and is readable", path.display())
             }
-            KeyCustodyError::Symlink { path } => format!(
-                "replace the symbolic link {} with the key file itself",
-                path.display()
+            KeyCustodyError::Symlink { what, path } => format!(
+                "replace the symbolic link {} with the {} itself",
+                path.display(),
+                what.file_noun()
             ),
             KeyCustodyError::NotRegular { path, .. } => {
                 format!("{} must be a regular file", path.display())
             }
-            KeyCustodyError::WrongOwner { path, euid, .. } => {
+            KeyCustodyError::WrongOwner {
+                what, path, euid, ..
+            } => {
                 format!(
-                    "chown {euid} {} (the account that uses the key must own it)",
-                    path.display()
+                    "chown {euid} {} (the account that uses the {} must own it)",
+                    path.display(),
+                    what.noun()
                 )
             }
             KeyCustodyError::ModeTooOpen { path, .. } => format!("chmod 0600 {}", path.display()),
-            KeyCustodyError::WrongLength { path, .. } | KeyCustodyError::Changed { path, .. } => {
-                format!(
+            KeyCustodyError::Linked { path, .. } => format!(
+                "remove the other links (find / -xdev -samefile {}) or copy the secret to a new \
+                 file with mode 0600",
+                path.display()
+            ),
+            KeyCustodyError::WrongLength { what, path, .. }
+            | KeyCustodyError::Empty { what, path }
+            | KeyCustodyError::TooLong { what, path, .. }
+            | KeyCustodyError::Changed { what, path, .. } => match what {
+                SecretKind::Key => format!(
                     "restore {} from a backup or create a new key",
                     path.display()
-                )
-            }
+                ),
+                SecretKind::Credential => format!(
+                    "restore the credential file {} (mode 0600, owned by you, one link)",
+                    path.display()
+                ),
+            },
         }
     }
 }
@@ -400,44 +486,81 @@ impl fmt::Display for KeyCustodyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KeyCustodyError::Io { path, source } => write!(f, "{}: {source}", path.display()),
-            KeyCustodyError::Symlink { path } => write!(
+            KeyCustodyError::Symlink { what, path } => write!(
                 f,
-                "key file {} is a symbolic link; key files are opened without following links",
-                path.display()
+                "{} {} is a symbolic link; {}s are opened without following links",
+                what.file_noun(),
+                path.display(),
+                what.file_noun()
             ),
-            KeyCustodyError::NotRegular { path, kind } => {
+            KeyCustodyError::NotRegular { what, path, kind } => {
                 write!(
                     f,
-                    "key file {} is a {kind}, not a regular file",
+                    "{} {} is a {kind}, not a regular file",
+                    what.file_noun(),
                     path.display()
                 )
             }
             KeyCustodyError::WrongOwner {
+                what,
                 path,
                 owner_uid,
                 euid,
             } => write!(
                 f,
-                "key file {} is owned by uid {owner_uid}, not by the caller (euid {euid})",
+                "{} {} is owned by uid {owner_uid}, not by the caller (euid {euid})",
+                what.file_noun(),
                 path.display()
             ),
-            KeyCustodyError::ModeTooOpen { path, mode } => write!(
+            KeyCustodyError::ModeTooOpen { what, path, mode } => write!(
                 f,
-                "key file {} has mode {mode:04o}; group and others must have no access (0600)",
+                "{} {} has mode {mode:04o}; group and others must have no access (0600)",
+                what.file_noun(),
                 path.display()
+            ),
+            KeyCustodyError::Linked { what, path, nlink } => write!(
+                f,
+                "{} {} has {nlink} hard links; a {} must have exactly one name (a read denial \
+                 on this path would not cover the others)",
+                what.file_noun(),
+                path.display(),
+                what.noun()
             ),
             KeyCustodyError::WrongLength {
+                what,
                 path,
                 expected,
                 found,
             } => write!(
                 f,
-                "key file {} is {found} bytes long; a key is exactly {expected} bytes",
-                path.display()
+                "{} {} is {found} bytes long; a {} is exactly {expected} bytes",
+                what.file_noun(),
+                path.display(),
+                what.noun()
             ),
-            KeyCustodyError::Changed { path, expected } => write!(
+            KeyCustodyError::Empty { what, path } => {
+                write!(f, "{} {} is empty", what.file_noun(), path.display())
+            }
+            KeyCustodyError::TooLong {
+                what,
+                path,
+                max,
+                found,
+            } => write!(
                 f,
-                "key file {} changed while it was read (fstat said {expected} bytes)",
+                "{} {} is {found} bytes long; a {} is at most {max} bytes",
+                what.file_noun(),
+                path.display(),
+                what.noun()
+            ),
+            KeyCustodyError::Changed {
+                what,
+                path,
+                expected,
+            } => write!(
+                f,
+                "{} {} changed while it was read (fstat said {expected} bytes)",
+                what.file_noun(),
                 path.display()
             ),
         }
@@ -471,6 +594,97 @@ fn kind_of(ft: std::fs::FileType) -> &'static str {
     }
 }
 
+/// Opens `path` without following a final symbolic link and proves, on the
+/// descriptor's fstat (never the path's, which could be swapped), that it is a
+/// regular file owned by `euid` that group and others cannot access.
+fn open_owner_only(
+    path: &Path,
+    euid: u32,
+    what: SecretKind,
+) -> Result<(File, std::fs::Metadata), KeyCustodyError> {
+    let file: File = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|source| {
+            if source.raw_os_error() == Some(libc::ELOOP) {
+                KeyCustodyError::Symlink {
+                    what,
+                    path: path.to_owned(),
+                }
+            } else {
+                KeyCustodyError::Io {
+                    path: path.to_owned(),
+                    source,
+                }
+            }
+        })?;
+    let meta = file.metadata().map_err(|source| KeyCustodyError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    if !meta.file_type().is_file() {
+        return Err(KeyCustodyError::NotRegular {
+            what,
+            path: path.to_owned(),
+            kind: kind_of(meta.file_type()),
+        });
+    }
+    if meta.uid() != euid {
+        return Err(KeyCustodyError::WrongOwner {
+            what,
+            path: path.to_owned(),
+            owner_uid: meta.uid(),
+            euid,
+        });
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(KeyCustodyError::ModeTooOpen {
+            what,
+            path: path.to_owned(),
+            mode,
+        });
+    }
+    Ok((file, meta))
+}
+
+/// Reads exactly `len` bytes (the fstat size) and then proves EOF: a file
+/// that shrank or grew since the fstat is `Changed`.
+fn read_exactly(
+    file: &File,
+    path: &Path,
+    len: usize,
+    what: SecretKind,
+) -> Result<Vec<u8>, KeyCustodyError> {
+    let changed = || KeyCustodyError::Changed {
+        what,
+        path: path.to_owned(),
+        expected: len as u64,
+    };
+    let mut buf = vec![0u8; len];
+    let mut reader = file;
+    reader.read_exact(&mut buf).map_err(|source| {
+        if source.kind() == io::ErrorKind::UnexpectedEof {
+            changed()
+        } else {
+            KeyCustodyError::Io {
+                path: path.to_owned(),
+                source,
+            }
+        }
+    })?;
+    let mut probe = [0u8; 1];
+    match reader.read(&mut probe) {
+        Ok(0) => Ok(buf),
+        Ok(_) => Err(changed()),
+        Err(source) => Err(KeyCustodyError::Io {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
 /// Reads a key file after proving its custody, for the process's own euid.
 pub fn read_key_file(path: &Path, expected_len: u64) -> Result<Vec<u8>, KeyCustodyError> {
     read_key_file_as(path, expected_len, sys::geteuid())
@@ -487,85 +701,66 @@ pub fn read_key_file_as(
     expected_len: u64,
     euid: u32,
 ) -> Result<Vec<u8>, KeyCustodyError> {
-    let file: File = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|source| {
-            if source.raw_os_error() == Some(libc::ELOOP) {
-                KeyCustodyError::Symlink {
-                    path: path.to_owned(),
-                }
-            } else {
-                KeyCustodyError::Io {
-                    path: path.to_owned(),
-                    source,
-                }
-            }
-        })?;
-    let meta = file.metadata().map_err(|source| KeyCustodyError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    if !meta.file_type().is_file() {
-        return Err(KeyCustodyError::NotRegular {
-            path: path.to_owned(),
-            kind: kind_of(meta.file_type()),
-        });
-    }
-    if meta.uid() != euid {
-        return Err(KeyCustodyError::WrongOwner {
-            path: path.to_owned(),
-            owner_uid: meta.uid(),
-            euid,
-        });
-    }
-    let mode = meta.mode() & 0o7777;
-    if mode & 0o077 != 0 {
-        return Err(KeyCustodyError::ModeTooOpen {
-            path: path.to_owned(),
-            mode,
-        });
-    }
-    if meta.len() != expected_len {
-        return Err(KeyCustodyError::WrongLength {
-            path: path.to_owned(),
-            expected: expected_len,
-            found: meta.len(),
-        });
-    }
-    let len = usize::try_from(expected_len).map_err(|_| KeyCustodyError::WrongLength {
+    let what = SecretKind::Key;
+    let (file, meta) = open_owner_only(path, euid, what)?;
+    let wrong_length = || KeyCustodyError::WrongLength {
+        what,
         path: path.to_owned(),
         expected: expected_len,
         found: meta.len(),
-    })?;
-    let mut buf = vec![0u8; len];
-    let mut reader = &file;
-    reader.read_exact(&mut buf).map_err(|source| {
-        if source.kind() == io::ErrorKind::UnexpectedEof {
-            KeyCustodyError::Changed {
-                path: path.to_owned(),
-                expected: expected_len,
-            }
-        } else {
-            KeyCustodyError::Io {
-                path: path.to_owned(),
-                source,
-            }
-        }
-    })?;
-    let mut probe = [0u8; 1];
-    match reader.read(&mut probe) {
-        Ok(0) => Ok(buf),
-        Ok(_) => Err(KeyCustodyError::Changed {
-            path: path.to_owned(),
-            expected: expected_len,
-        }),
-        Err(source) => Err(KeyCustodyError::Io {
-            path: path.to_owned(),
-            source,
-        }),
+    };
+    if meta.len() != expected_len {
+        return Err(wrong_length());
     }
+    let len = usize::try_from(expected_len).map_err(|_| wrong_length())?;
+    read_exactly(&file, path, len, what)
+}
+
+/// Reads a lane credential file (an API key for a model endpoint) after
+/// proving its custody, for the process's own euid. The bytes are returned as
+/// they are (a trailing newline included); the caller strips.
+pub fn read_secret_file(path: &Path, max_len: u64) -> Result<Vec<u8>, KeyCustodyError> {
+    read_secret_file_as(path, max_len, sys::geteuid())
+}
+
+/// Reads a credential file after proving its custody for `euid`.
+///
+/// The key file's discipline (no final symlink, fstat of the descriptor, a
+/// regular file owned by `euid` with no group or other access), and then:
+/// exactly one hard link (a second name for the secret is one a read denial
+/// on this path would not cover), and a size from 1 to `max_len` bytes, all
+/// before a byte is read.
+pub fn read_secret_file_as(
+    path: &Path,
+    max_len: u64,
+    euid: u32,
+) -> Result<Vec<u8>, KeyCustodyError> {
+    let what = SecretKind::Credential;
+    let (file, meta) = open_owner_only(path, euid, what)?;
+    if meta.nlink() != 1 {
+        return Err(KeyCustodyError::Linked {
+            what,
+            path: path.to_owned(),
+            nlink: meta.nlink(),
+        });
+    }
+    if meta.len() == 0 {
+        return Err(KeyCustodyError::Empty {
+            what,
+            path: path.to_owned(),
+        });
+    }
+    let too_long = || KeyCustodyError::TooLong {
+        what,
+        path: path.to_owned(),
+        max: max_len,
+        found: meta.len(),
+    };
+    if meta.len() > max_len {
+        return Err(too_long());
+    }
+    let len = usize::try_from(meta.len()).map_err(|_| too_long())?;
+    read_exactly(&file, path, len, what)
 }
 
 #[cfg(test)]
@@ -933,6 +1128,203 @@ mod tests {
         assert!(
             matches!(e, KeyCustodyError::NotRegular { kind: "FIFO", .. }),
             "{e}"
+        );
+    }
+
+    // ---- credential files ----
+
+    #[test]
+    fn credential_file_owner_only_one_link_is_read_as_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = key(dir.path(), "api", b"sk-test-123\n", 0o600);
+        assert_eq!(
+            read_secret_file(&p, 4096).unwrap(),
+            b"sk-test-123\n".to_vec()
+        );
+        // Exactly max_len bytes is still within bounds.
+        assert_eq!(read_secret_file(&p, 12).unwrap(), b"sk-test-123\n".to_vec());
+        let p = key(dir.path(), "api4", b"x", 0o400);
+        assert_eq!(read_secret_file(&p, 1).unwrap(), b"x".to_vec());
+    }
+
+    #[test]
+    fn credential_file_refusals_are_distinct_and_say_credential() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let euid = sys::geteuid();
+        let cred = SecretKind::Credential;
+
+        let target = key(d, "target", b"secret", 0o600);
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let e = read_secret_file(&link, 64).unwrap_err();
+        assert!(matches!(e, KeyCustodyError::Symlink { .. }), "{e}");
+        assert!(e.is_custody());
+        assert_eq!(e.what(), Some(cred));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "credential file {} is a symbolic link; credential files are opened without \
+                 following links",
+                link.display()
+            )
+        );
+
+        let e = read_secret_file(d, 64).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                KeyCustodyError::NotRegular {
+                    kind: "directory",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().starts_with("credential file "), "{e}");
+
+        let p = key(d, "open", b"secret", 0o640);
+        let e = read_secret_file(&p, 64).unwrap_err();
+        assert!(
+            matches!(e, KeyCustodyError::ModeTooOpen { mode: 0o640, .. }),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "credential file {} has mode 0640; group and others must have no access (0600)",
+                p.display()
+            )
+        );
+
+        let p = key(d, "linked", b"secret", 0o600);
+        let second = d.join("second-name");
+        std::fs::hard_link(&p, &second).unwrap();
+        for name in [&p, &second] {
+            let e = read_secret_file(name, 64).unwrap_err();
+            assert!(matches!(e, KeyCustodyError::Linked { nlink: 2, .. }), "{e}");
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "credential file {} has 2 hard links; a credential must have exactly one \
+                     name (a read denial on this path would not cover the others)",
+                    name.display()
+                )
+            );
+            assert_eq!(
+                e.remediation(),
+                format!(
+                    "remove the other links (find / -xdev -samefile {}) or copy the secret to a \
+                     new file with mode 0600",
+                    name.display()
+                )
+            );
+        }
+        std::fs::remove_file(&second).unwrap();
+        assert_eq!(read_secret_file(&p, 64).unwrap(), b"secret".to_vec());
+
+        let p = key(d, "empty", b"", 0o600);
+        let e = read_secret_file(&p, 64).unwrap_err();
+        assert!(matches!(e, KeyCustodyError::Empty { .. }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!("credential file {} is empty", p.display())
+        );
+        assert_eq!(
+            e.remediation(),
+            format!(
+                "restore the credential file {} (mode 0600, owned by you, one link)",
+                p.display()
+            )
+        );
+        assert!(!e.remediation().contains("new key"));
+
+        let p = key(d, "long", &[b'a'; 65], 0o600);
+        let e = read_secret_file(&p, 64).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                KeyCustodyError::TooLong {
+                    max: 64,
+                    found: 65,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "credential file {} is 65 bytes long; a credential is at most 64 bytes",
+                p.display()
+            )
+        );
+
+        // Owner: measured against another euid (no second account needed).
+        let p = key(d, "mine", b"secret", 0o600);
+        let e = read_secret_file_as(&p, 64, euid + 1).unwrap_err();
+        assert!(matches!(e, KeyCustodyError::WrongOwner { .. }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "credential file {} is owned by uid {euid}, not by the caller (euid {})",
+                p.display(),
+                euid + 1
+            )
+        );
+        assert!(e.remediation().contains("uses the credential must own it"));
+
+        let e = read_secret_file(&d.join("absent"), 64).unwrap_err();
+        assert!(
+            matches!(&e, KeyCustodyError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+        );
+        assert!(!e.is_custody());
+        assert_eq!(e.what(), None);
+    }
+
+    #[test]
+    fn key_file_messages_are_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let p = key(d, "open", &[0u8; 32], 0o644);
+        let e = read_key_file(&p, 32).unwrap_err();
+        assert_eq!(e.what(), Some(SecretKind::Key));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "key file {} has mode 0644; group and others must have no access (0600)",
+                p.display()
+            )
+        );
+        let p = key(d, "short", &[0u8; 31], 0o600);
+        let e = read_key_file(&p, 32).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "key file {} is 31 bytes long; a key is exactly 32 bytes",
+                p.display()
+            )
+        );
+        assert_eq!(
+            e.remediation(),
+            format!("restore {} from a backup or create a new key", p.display())
+        );
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&p, &link).unwrap();
+        let e = read_key_file(&link, 32).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "key file {} is a symbolic link; key files are opened without following links",
+                link.display()
+            )
+        );
+        assert_eq!(
+            e.remediation(),
+            format!(
+                "replace the symbolic link {} with the key file itself",
+                link.display()
+            )
         );
     }
 }

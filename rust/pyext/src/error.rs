@@ -19,7 +19,8 @@ create_exception!(
     saphan._native,
     KeyCustodyError,
     PyException,
-    "A key file failed its custody checks (owner-only mode, no symlink, regular file, exact length)."
+    "A key or credential file failed its custody checks (owner-only mode, no symlink, regular \
+     file, length; a credential file also exactly one hard link)."
 );
 
 /// A saphan-core error on its way to Python. (A newtype because neither

@@ -80,6 +80,19 @@ fn read_key_file(
     Ok(PyBytes::new(py, &bytes))
 }
 
+/// Reads a lane credential file (an API key) after its custody checks
+/// (owner-only, no symlink, one hard link, 1 to `max_len` bytes, all before a
+/// byte is read). The bytes come back as they are; the caller strips.
+#[pyfunction]
+fn read_secret_file(
+    py: Python<'_>,
+    path: PathBuf,
+    max_len: u64,
+) -> Result<Bound<'_, PyBytes>, NativeError> {
+    let bytes = py.detach(|| custody::read_secret_file(&path, max_len))?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
 /// Parses a launcher policy with the launcher's own parser and returns its
 /// canonical JSON; raises ValueError with the parser's message.
 #[pyfunction]
@@ -103,6 +116,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_binary_custody, m)?)?;
     m.add_function(wrap_pyfunction!(check_binary_custody_as, m)?)?;
     m.add_function(wrap_pyfunction!(read_key_file, m)?)?;
+    m.add_function(wrap_pyfunction!(read_secret_file, m)?)?;
     m.add_function(wrap_pyfunction!(parse_policy, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     Ok(())

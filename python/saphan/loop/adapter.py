@@ -1,0 +1,142 @@
+"""The loop's outer half: the adapter the dispatcher drives for a loop slot.
+
+The loop is one more caller of the composer that jails agent tools
+(saphan.dispatch.execute_local → confine.compose): it gets the same derived
+Policy, the same bubblewrap (or Landlock) rendering, the same argv guard.
+What it adds is the blinding (docs/loop.md):
+
+- read denials, applied last by every renderer, for EVERY declared lane's
+  credential file and for the lanes file that names them;
+- the key crosses on a pipe: :meth:`stdin_bytes` is written into a pipe whose
+  read end is the jailed loop's stdin (transport/local.py), never argv or an
+  environment;
+- the environment given to the jail has every lane's credential variable
+  removed by name (and any variable whose value holds the key), including
+  one the operator's own shell exported.
+
+The engine confines the loop whatever ``run.confinement`` says: the loop has
+no sandbox of its own to hand confinement to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from saphan.lanes import Lane
+from saphan.tools.adapter import Adapter
+from saphan.tools.binaries import AgentBinary
+
+if TYPE_CHECKING:
+    from saphan.confine.policy import Policy
+
+DEFAULT_MAX_TURNS = 50
+DEFAULT_MAX_SECONDS = 1800
+COMMAND_TIMEOUT = 300
+RETRIES = 2
+
+CHANNEL_NOTE = (
+    "the lane's key was read by the engine (custody-checked) and written into a pipe that is "
+    "the jailed loop's stdin; the loop read it to EOF, put /dev/null on fd 0 and made itself "
+    "non-dumpable before its first tool call; it never rode argv or an environment"
+)
+VENDOR_NOTE = (
+    "run.confinement = vendor does not apply to the built-in loop: it has no sandbox of its "
+    "own, so the engine confined it"
+)
+
+
+def interpreter() -> AgentBinary:
+    """The Python that runs the loop inside the jail: this one, digested."""
+    from saphan import __version__, _native
+
+    path = os.path.abspath(sys.executable)  # a venv's bin/python must stay the venv's
+    return AgentBinary("loop", path, _native.sha256_file(os.path.realpath(path)),
+                       f"saphan {__version__} loop on Python {platform.python_version()}")
+
+
+@dataclass(frozen=True)
+class LoopAdapter(Adapter):
+    lane: Lane
+    #: the lane's key; never in repr, argv, environment or record
+    secret: bytes = field(repr=False)
+    #: every lane credential file and the lanes file (read-denied in the jail)
+    hidden: tuple[str, ...] = ()
+    #: every lane's credential variable (never in the jail's environment)
+    scrub_env: tuple[str, ...] = ()
+    spec_path: str = ""
+    out_dir: str = ""
+    max_turns: int = DEFAULT_MAX_TURNS
+    max_seconds: int = DEFAULT_MAX_SECONDS
+
+    tool = "loop"
+
+    @property
+    def stdin_path(self) -> str | None:
+        return None
+
+    def stdin_bytes(self) -> bytes | None:
+        return self.secret
+
+    def read_denials(self) -> tuple[str, ...]:
+        return self.hidden
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        key = self.secret.decode("ascii")
+        return {k: v for k, v in env.items() if k not in self.scrub_env and key not in v}
+
+    def argv(self, policy: Policy) -> list[str]:
+        pc = self.instruction.permission_class
+        spec = {
+            "lane": self.lane.name, "base_url": self.lane.base_url, "model": self.lane.model,
+            "timeout": self.lane.timeout, "retries": RETRIES,
+            "prompt": Path(self.instruction.prompt_path).read_text(encoding="utf-8"),
+            "workdir": policy.workdir,
+            "allowed_commands": list(pc.commands) if pc is not None else None,
+            "max_turns": self.max_turns, "max_seconds": self.max_seconds,
+            "command_timeout": COMMAND_TIMEOUT, "scrub_env": list(self.scrub_env),
+            "transcript": os.path.join(self.out_dir, "transcript.jsonl"),
+            "result": os.path.join(self.out_dir, "loop-result.json"),
+        }
+        # Written outside the writable set (the run directory): the loop reads it.
+        with open(self.spec_path, "w", encoding="utf-8") as f:
+            json.dump(spec, f, indent=2, sort_keys=True)
+        return [self.binary.path, "-I", "-m", "saphan.loop.agent", self.spec_path]
+
+    def record(self, policy: Policy) -> dict[str, Any]:
+        out = super().record(policy)
+        out["model"] = self.lane.model
+        out["lane"] = {"name": self.lane.name, "base_url": self.lane.base_url,
+                       "model": self.lane.model, "credential_env": self.lane.credential_env}
+        out["blinding"] = {
+            "read_denied": list(self.hidden),
+            "env_scrubbed": list(self.scrub_env),
+            "credential_channel": CHANNEL_NOTE,
+        }
+        out["budgets"] = {"max_turns": self.max_turns, "max_seconds": self.max_seconds,
+                          "command_timeout": COMMAND_TIMEOUT, "model_retries": RETRIES}
+        if self.confinement == "vendor":
+            out["confinement_note"] = VENDOR_NOTE
+        return out
+
+    def after_run(self, stdout_path: str) -> dict[str, Any]:
+        transcript = os.path.join(self.out_dir, "transcript.jsonl")
+        try:
+            with open(os.path.join(self.out_dir, "loop-result.json"), encoding="utf-8") as f:
+                result = json.load(f)
+        except (OSError, ValueError):
+            return {"loop": {"end": None, "transcript": transcript,
+                             "detail": "the loop wrote no result (it did not finish its "
+                                       "bookkeeping; see stderr.log)"}}
+        return {"loop": {**result, "transcript": transcript}}
+
+    def outcome(self, facts: dict[str, Any]) -> str | None:
+        end = (facts.get("loop") or {}).get("end")
+        if end is None or end == "finished":
+            return None
+        return str(end)

@@ -1,0 +1,205 @@
+"""The jailed half of the loop: ``python -I -m saphan.loop.agent SPEC``.
+
+Started by the engine inside the run's boundary (never by hand). Order:
+
+1. read the lane's key from standard input — a pipe the engine filled and
+   closed — to EOF, then put /dev/null on fd 0: the key now exists only in
+   this process's memory;
+2. make this process non-dumpable (PR_SET_DUMPABLE 0), so a same-user
+   process the tool calls start cannot read its memory or environment
+   through /proc;
+3. drop the credential variables (by name, and any variable whose value
+   holds the key) from the environment every tool call gets;
+4. loop: ask the model, run the tool calls it makes, return their results,
+   until it finishes or a turn/time budget ends;
+5. write the transcript (as it goes) and the result into the return path.
+
+The exit status is 0 when the model finished, 1 otherwise; the result file
+says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from saphan.loop.client import Client, ModelError
+from saphan.loop.tools import SCHEMAS, BadCall, Toolbox
+from saphan.transport.local import set_dumpable
+
+SYSTEM = ("You are a coding agent working in the directory {workdir}. Use the tools to do the "
+          "task. Files you may change are inside that directory; writes elsewhere are refused "
+          "by the operating system. Call `finish` with a short summary when done.")
+#: consecutive malformed tool calls tolerated (each answered with the error)
+MALFORMED_LIMIT = 2
+
+
+def read_secret(fd: int = 0) -> str:
+    chunks: list[bytes] = []
+    while True:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return b"".join(chunks).decode("ascii")
+
+
+def scrubbed(env: Mapping[str, str], names: list[str], secret: str) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in names and (not secret or secret not in v)}
+
+
+class Redactor:
+    """Last line of defence: the key's bytes never leave in a tool result or
+    the transcript. Counted, so a test can tell a held boundary (0) from a
+    leak that was caught here (> 0)."""
+
+    def __init__(self, secret: str):
+        self.secret = secret
+        self.count = 0
+
+    def __call__(self, text: str) -> str:
+        if self.secret and self.secret in text:
+            self.count += text.count(self.secret)
+            return text.replace(self.secret, "[credential withheld]")
+        return text
+
+
+class Transcript:
+    def __init__(self, path: str, redact: Redactor):
+        self.f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - open for the run
+        self.redact = redact
+
+    def write(self, entry: dict[str, Any]) -> None:
+        self.f.write(self.redact(json.dumps(entry, sort_keys=True)) + "\n")
+        self.f.flush()
+
+
+def run(spec: dict[str, Any], secret: str) -> dict[str, Any]:
+    start = time.monotonic()
+    deadline = start + float(spec["max_seconds"])
+    redact = Redactor(secret)
+    transcript = Transcript(spec["transcript"], redact)
+    env = scrubbed(os.environ, list(spec["scrub_env"]), secret)
+    allowed = spec.get("allowed_commands")
+    box = Toolbox(workdir=spec["workdir"], env=env,
+                  allowed=frozenset(allowed) if allowed is not None else None,
+                  command_timeout=float(spec["command_timeout"]),
+                  remaining=lambda: deadline - time.monotonic())
+    client = Client(base_url=spec["base_url"], model=spec["model"], secret=secret,
+                    timeout=float(spec["timeout"]), retries=int(spec["retries"]))
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM.format(workdir=spec["workdir"])},
+        {"role": "user", "content": spec["prompt"]},
+    ]
+    transcript.write({"kind": "task", "model": spec["model"], "lane": spec["lane"],
+                      "prompt": spec["prompt"]})
+    tokens = {"prompt": 0, "completion": 0, "total": 0}
+    turns = calls = malformed = 0
+    end, detail, summary = "turn-budget-exhausted", f"{spec['max_turns']} turns used", None
+    try:
+        while turns < int(spec["max_turns"]):
+            if time.monotonic() >= deadline:
+                end, detail = "time-budget-exhausted", f"{spec['max_seconds']} s used"
+                break
+            try:
+                answer = client.complete(messages, SCHEMAS, deadline)
+            except ModelError as e:
+                end, detail = e.end, e.detail
+                break
+            turns += 1
+            usage = answer.get("usage") or {}
+            for k, src in (("prompt", "prompt_tokens"), ("completion", "completion_tokens"),
+                           ("total", "total_tokens")):
+                if isinstance(usage.get(src), int):
+                    tokens[k] += usage[src]
+            message = answer["choices"][0]["message"]
+            transcript.write({"kind": "assistant", "turn": turns, "message": message,
+                              "usage": usage})
+            tool_calls = message.get("tool_calls") or []
+            messages.append({"role": "assistant", "content": message.get("content"),
+                             **({"tool_calls": tool_calls} if tool_calls else {})})
+            if not tool_calls:
+                end, detail, summary = "finished", "the model answered without a tool call", \
+                    message.get("content")
+                break
+            bad_turn = False
+            for call in tool_calls:
+                calls += 1
+                text, bad = _one_call(box, call)
+                bad_turn = bad_turn or bad
+                text = redact(text)
+                transcript.write({"kind": "tool", "turn": turns, "call": call, "result": text})
+                messages.append({"role": "tool", "tool_call_id": _call_id(call),
+                                 "content": text})
+            malformed = malformed + 1 if bad_turn else 0
+            if box.finished is not None:
+                end, detail, summary = "finished", "the model called finish", box.finished
+                break
+            if malformed > MALFORMED_LIMIT:
+                end, detail = "model-malformed", (
+                    f"{malformed} consecutive turns of malformed tool calls (each was answered "
+                    "with the error); the last result: " + messages[-1]["content"][:200])
+                break
+    finally:
+        result = {"end": end, "detail": redact(detail), "summary":
+                  redact(summary) if isinstance(summary, str) else None,
+                  "turns": turns, "tool_calls": calls, "tokens": tokens,
+                  "http_attempts": client.attempts, "redactions": redact.count,
+                  "seconds": round(time.monotonic() - start, 3)}
+        transcript.write({"kind": "end", **result})
+        transcript.f.close()
+    return result
+
+
+def _call_id(call: Any) -> str:
+    return str(call.get("id", "")) if isinstance(call, dict) else ""
+
+
+def _one_call(box: Toolbox, call: Any) -> tuple[str, bool]:
+    """(result text, whether the call was malformed)."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        return "error: a tool call must name a function", True
+    raw = fn.get("arguments") or "{}"
+    try:
+        args = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError as e:
+        return f"error: the arguments of {fn['name']} are not JSON ({e})", True
+    try:
+        return box.call(fn["name"], args), False
+    except BadCall as e:
+        return f"error: {e}", True
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -I -m saphan.loop.agent SPEC (started by `saphan run`)",
+              file=sys.stderr)
+        return 2
+    secret = read_secret()
+    set_dumpable(False)
+    with open(argv[0], encoding="utf-8") as f:
+        spec = json.load(f)
+    # Nothing this process starts inherits a credential variable.
+    for name in [k for k, v in os.environ.items()
+                 if k in spec["scrub_env"] or (secret and secret in v)]:
+        del os.environ[name]
+    result = run(spec, secret)
+    tmp = spec["result"] + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(result, f, sort_keys=True)
+    os.replace(tmp, spec["result"])
+    print(f"saphan-loop: {result['end']} after {result['turns']} turn(s), "
+          f"{result['tool_calls']} tool call(s): {result['detail']}", file=sys.stderr)
+    return 0 if result["end"] == "finished" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,168 @@
+"""The loop's tools, as the model sees them and as they run (inside the jail).
+
+    run_command  argv (a list; no shell unless the class allows one), run in
+                 the working directory with the credential variables scrubbed
+                 from its environment; allowed by the run's permission class,
+                 exact token on the base name of argv[0]
+    read_file    a file's text (relative paths from the working directory)
+    write_file   create or replace a file; the kernel refuses it outside the
+                 writable set, and the model reads that refusal
+    list_dir     a directory's entries
+    finish       end the run with a summary
+
+Nothing here checks where a write goes: the boundary is the OS's, and a
+refused write comes back to the model as the OS's own error.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: bytes of a tool result returned to the model (head and tail are kept)
+OUTPUT_LIMIT = 64 * 1024
+READ_LIMIT = 256 * 1024
+
+SCHEMAS: list[dict[str, Any]] = [
+    {"type": "function", "function": {
+        "name": "run_command",
+        "description": "Run a program in the working directory and return its exit status "
+                       "and output. argv is the program and its arguments (no shell).",
+        "parameters": {"type": "object", "properties": {
+            "argv": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            "timeout": {"type": "integer", "description": "seconds (optional)"}},
+            "required": ["argv"]}}},
+    {"type": "function", "function": {
+        "name": "read_file", "description": "Read a text file.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                       "required": ["path"]}}},
+    {"type": "function", "function": {
+        "name": "write_file", "description": "Create or replace a file with the given text.",
+        "parameters": {"type": "object", "properties": {
+            "path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"]}}},
+    {"type": "function", "function": {
+        "name": "list_dir", "description": "List a directory.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                       "required": []}}},
+    {"type": "function", "function": {
+        "name": "finish", "description": "Finish the task, with a short summary.",
+        "parameters": {"type": "object", "properties": {"summary": {"type": "string"}},
+                       "required": ["summary"]}}},
+]
+NAMES = tuple(s["function"]["name"] for s in SCHEMAS)
+
+
+class BadCall(Exception):
+    """The model's call cannot be run as given (unknown tool, bad arguments)."""
+
+
+@dataclass
+class Toolbox:
+    workdir: str
+    #: the environment every command gets (already scrubbed)
+    env: Mapping[str, str]
+    #: base names a command may have; None: any (no permission class)
+    allowed: frozenset[str] | None
+    command_timeout: float
+    #: seconds left in the run's time budget
+    remaining: Callable[[], float]
+    finished: str | None = field(default=None)
+
+    def call(self, name: str, args: Any) -> str:
+        if name not in NAMES:
+            raise BadCall(f"there is no tool {name!r}; the tools are {', '.join(NAMES)}")
+        if not isinstance(args, dict):
+            raise BadCall(f"{name}: arguments must be a JSON object")
+        handler: Callable[[dict[str, Any]], str] = getattr(self, f"_{name}")
+        return handler(args)
+
+    def _path(self, args: dict[str, Any], key: str = "path", default: str | None = None) -> str:
+        value = args.get(key, default)
+        if not isinstance(value, str) or not value:
+            raise BadCall(f"`{key}` must be a non-empty string")
+        return os.path.join(self.workdir, value)
+
+    def _run_command(self, args: dict[str, Any]) -> str:
+        argv = args.get("argv")
+        if isinstance(argv, str):
+            argv = shlex.split(argv)
+        if (not isinstance(argv, list) or not argv
+                or not all(isinstance(a, str) for a in argv)):
+            raise BadCall("run_command: `argv` must be a non-empty list of strings")
+        base = os.path.basename(argv[0])
+        if self.allowed is not None and base not in self.allowed:
+            return (f"refused by the permission class: {base!r} is not one of the allowed "
+                    f"commands ({', '.join(sorted(self.allowed)) or 'none'}); exact base name")
+        wanted = args.get("timeout")
+        limit = min(float(wanted) if isinstance(wanted, int) and wanted > 0
+                    else self.command_timeout, self.command_timeout, self.remaining())
+        if limit <= 0:
+            return "not run: the run's time budget has ended"
+        return run_argv(argv, cwd=self.workdir, env=self.env, timeout=limit)
+
+    def _read_file(self, args: dict[str, Any]) -> str:
+        try:
+            with open(self._path(args), "rb") as f:
+                data = f.read(READ_LIMIT + 1)
+        except OSError as e:
+            return f"error: {e.strerror or e} ({args.get('path')})"
+        more = "\n[… truncated]" if len(data) > READ_LIMIT else ""
+        return data[:READ_LIMIT].decode(errors="replace") + more
+
+    def _write_file(self, args: dict[str, Any]) -> str:
+        content = args.get("content")
+        if not isinstance(content, str):
+            raise BadCall("write_file: `content` must be a string")
+        path = self._path(args)
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(content)
+        except OSError as e:
+            return f"error: {e.strerror or e} ({args.get('path')})"
+        return f"wrote {len(content.encode())} bytes to {args.get('path')}"
+
+    def _list_dir(self, args: dict[str, Any]) -> str:
+        path = self._path(args, default=".")
+        try:
+            with os.scandir(path) as it:
+                entries = sorted((e.name + ("/" if e.is_dir(follow_symlinks=False) else ""))
+                                 for e in it)
+        except OSError as e:
+            return f"error: {e.strerror or e} ({args.get('path', '.')})"
+        return "\n".join(entries) or "(empty)"
+
+    def _finish(self, args: dict[str, Any]) -> str:
+        summary = args.get("summary", "")
+        self.finished = summary if isinstance(summary, str) else str(summary)
+        return "finished"
+
+
+def run_argv(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], timeout: float) -> str:
+    """Run one command (its own process group, killed whole on timeout)."""
+    try:
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+    except OSError as e:
+        return f"error: cannot start {argv[0]!r}: {e.strerror or e}"
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        status = f"exit {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        status = f"killed after {timeout:.0f} s (timeout)"
+    return f"{status}\n{clip(out.decode(errors='replace'))}"
+
+
+def clip(text: str) -> str:
+    if len(text) <= OUTPUT_LIMIT:
+        return text
+    half = OUTPUT_LIMIT // 2
+    return f"{text[:half]}\n[… {len(text) - OUTPUT_LIMIT} characters omitted …]\n{text[-half:]}"
