@@ -79,6 +79,23 @@ class Transcript:
     def write(self, entry: dict[str, Any]) -> None:
         self.f.write(self.redact(json.dumps(entry, sort_keys=True)) + "\n")
         self.f.flush()
+        self.show(entry)
+
+    def show(self, entry: dict[str, Any]) -> None:
+        """One line per step on stdout (the run's output), for the operator."""
+        kind = entry["kind"]
+        if kind == "assistant":
+            text = entry["message"].get("content")
+            line = f"[turn {entry['turn']}] model: {text}" if text else ""
+        elif kind == "tool":
+            fn = entry["call"].get("function") or {} if isinstance(entry["call"], dict) else {}
+            first = entry["result"].split("\n", 1)[0]
+            line = (f"[turn {entry['turn']}] {fn.get('name')} {_short(fn.get('arguments'))}"
+                    f" -> {_short(first)}")
+        else:
+            return
+        if line:
+            print(self.redact(line), flush=True)
 
 
 def run(spec: dict[str, Any], secret: str) -> dict[str, Any]:
@@ -156,6 +173,11 @@ def run(spec: dict[str, Any], secret: str) -> dict[str, Any]:
         transcript.write({"kind": "end", **result})
         transcript.f.close()
     return result
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _call_id(call: Any) -> str:

@@ -1,0 +1,90 @@
+"""One composer, two callers: the loop's jail is the one every agent tool
+gets in the same working directory, plus the blinding — nothing else.
+
+A `command` run and a loop run in the same working directory are compared
+through their records: the same mechanism and executable enforced, the same
+writable set (the working directory and the run's own return path), and
+read denials that differ exactly by the lanes file and every lane's
+credential file. `run.confinement = vendor` does not unjail the loop.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pytest
+from model_servers import ChatCompletionsServer
+
+from conftest import Saphan
+
+
+def _setup(s: Saphan, tmp_path: Path, base_url: str) -> tuple[Path, list[Path]]:
+    keys = []
+    for name in ("a", "b"):
+        key = tmp_path / f"{name}.key"
+        key.write_text("sk-" + secrets.token_hex(12))
+        key.chmod(0o600)
+        keys.append(key)
+        s.ok("lane", "add", name, "--base-url", f"{base_url}/v1", "--model", f"m-{name}",
+             "--credential-file", str(key), "--credential-env", f"KEY_{name.upper()}")
+    s.ok("machine", "add", "here", "--local")
+    s.ok("slot", "add", "here", "lp", "--tool", "loop")
+    s.ok("slot", "add", "here", "cmd", "--tool", "command")
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    return wd, keys
+
+
+def _without_run(policy: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """The policy with this run's own return path named generically."""
+    text = json.dumps(policy).replace(run_id, "<run>")
+    out: dict[str, Any] = json.loads(text)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("bwrap_available")
+def test_loop_gets_the_tools_jail_plus_the_blinding(saphan_sqlite: Saphan,
+                                                    tmp_path: Path) -> None:
+    s = saphan_sqlite
+    with ChatCompletionsServer([("text", "nothing to do")]) as srv:
+        wd, keys = _setup(s, tmp_path, srv.base_url)
+        loop = json.loads(s.ok("run", "--machine", "here", "--slot", "lp", "--workdir", str(wd),
+                               "--lane", "b", "--prompt", "t", "--json").out)
+    cmd = json.loads(s.ok("run", "--machine", "here", "--slot", "cmd", "--workdir", str(wd),
+                          "--json", "--", "/bin/true").out)
+    assert loop["outcome"] == "exited" and loop["model"] == "m-b"
+    for field in ("mechanism", "version", "executable", "executable_sha256"):
+        assert loop["enforced_by"][field] == cmd["enforced_by"][field]
+    lp, cp = _without_run(loop["policy"], loop["id"]), _without_run(cmd["policy"], cmd["id"])
+    blinding = [str(s.home / "lanes.toml"), *(str(k) for k in keys)]
+    assert lp["read_denials"] == cp["read_denials"] + blinding  # all lanes, not just "b"
+    assert {k: v for k, v in lp.items() if k != "read_denials"} == {
+        k: v for k, v in cp.items() if k != "read_denials"}
+    assert lp["writable_dirs"] == [str(wd.resolve()), str(s.home / "runs" / "<run>" / "out")]
+    # The denials are the last word in the rendered boundary (applied last).
+    argv = loop["boundary_argv"]
+    for path in blinding:
+        assert ["--ro-bind", "/dev/null", path] == argv[argv.index(path) - 2: argv.index(path) + 1]
+        assert argv.index(path) > max(i for i, a in enumerate(argv) if a == "--bind")
+    assert sorted(loop["blinding"]["env_scrubbed"]) == ["KEY_A", "KEY_B"]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("bwrap_available")
+def test_vendor_confinement_does_not_unjail_the_loop(saphan_sqlite: Saphan,
+                                                     tmp_path: Path) -> None:
+    s = saphan_sqlite
+    config = s.home / "config.toml"
+    config.write_text(config.read_text().replace('confinement = "engine"',
+                                                 'confinement = "vendor"'))
+    with ChatCompletionsServer([("text", "ok")]) as srv:
+        wd, _ = _setup(s, tmp_path, srv.base_url)
+        rec = json.loads(s.ok("run", "--machine", "here", "--slot", "lp", "--workdir", str(wd),
+                              "--lane", "a", "--prompt", "t", "--json").out)
+    assert rec["confinement_setting"] == "vendor"
+    assert rec["enforced_by"]["mechanism"] == "bubblewrap"
+    assert "the engine confined it" in rec["confinement_note"]
