@@ -32,7 +32,7 @@ def _cred(tmp_path: Path, data: bytes = b"sk-test-0123456789\n", mode: int = 0o6
 def _refusal(path: Path, max_len: int = MAX) -> str:
     with pytest.raises(_native.KeyCustodyError) as info:
         _native.read_secret_file(str(path), max_len)
-    return str(info.value)
+    return str(info.value.args[0])
 
 
 def test_owner_only_single_link_is_read_as_is(tmp_path: Path) -> None:
@@ -114,6 +114,6 @@ def test_key_file_messages_still_say_key_file(tmp_path: Path) -> None:
     p = _cred(tmp_path, data=b"\x01" * 32, mode=0o644)
     with pytest.raises(_native.KeyCustodyError) as info:
         _native.read_key_file(str(p), 32)
-    assert str(info.value) == (
+    assert info.value.args[0] == (
         f"key file {p} has mode 0644; group and others must have no access (0600)"
     )

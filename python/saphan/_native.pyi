@@ -7,8 +7,10 @@ rust/pyext/src/lib.rs (the module's registry of exports).
 from typing import TypedDict
 
 class KeyCustodyError(Exception):
-    """A key file failed custody: symlink, not a regular file, not owned by
-    the caller, group/other access, or not exactly the expected length."""
+    """A key or credential file failed custody: symlink, not a regular file,
+    not owned by the caller, group/other access, wrong length, or (a
+    credential file) more than one hard link. ``args`` is
+    ``(message, remediation)``."""
 
 class _CustodyViolation(TypedDict):
     """What ``check_binary_custody`` returns when a clause fails.

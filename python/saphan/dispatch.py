@@ -135,12 +135,13 @@ def execute_local(
                 # it): while the run lasts, no same-user process may read its
                 # memory or environ. Restored when the run ends.
                 was_dumpable = local.set_dumpable(False)
+        limit = adapter.time_limit() if adapter is not None else None
         store.mark_running(run_id)
         engine.write_record_file({**record, "state": "running"})
         finished = local.run(
             [*boundary.prefix, *argv], cwd=wd, run_dir=str(run_dir), env=env,
             stream=stream, stdin_path=adapter.stdin_path if adapter is not None else None,
-            stdin_bytes=secret,
+            stdin_bytes=secret, time_limit=limit,
         )
         end.exited(finished.exit_code)
         record["output"] = {"stdout": finished.stdout_path, "stderr": finished.stderr_path}
@@ -148,6 +149,11 @@ def execute_local(
             facts = adapter.after_run(finished.stdout_path)
             record.update(facts)
             end.outcome = adapter.outcome(facts) or end.outcome
+        if finished.killed_at_limit:
+            end.outcome = "time-limit-killed"
+            record["notes"] = [*record["notes"], (
+                f"the engine killed the run at its time limit ({limit:.0f} s): the tool had "
+                "not ended within its own budget")]
         if boundary.mechanism == "landlock":
             record["enforced_by"]["confirmation"] = _confirmation(finished.stderr_path)
     except BaseException as e:

@@ -16,8 +16,9 @@ The credential VALUE never appears in this file, in a record, in argv or in
 any environment saphan composes. It is read here, in the outer (unconfined)
 process, through the same custody discipline as the workspace key (rust/core:
 regular file, owned by the caller, mode 0600, not a symbolic link, exactly one
-hard link, at most :data:`MAX_CREDENTIAL_BYTES`), and handed to the jailed loop
-over a pipe (saphan.loop.adapter). Every lane's credential file and this file
+hard link, at most :data:`MAX_CREDENTIAL_BYTES`; one token of at least
+:data:`MIN_CREDENTIAL_CHARS` characters), and handed to the jailed loop over a
+pipe (saphan.loop.adapter). Every lane's credential file and this file
 are read-denied inside the loop's jail — all lanes, not just the active one.
 """
 
@@ -41,8 +42,12 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _VARIABLE = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 _KEYS = {"base_url": str, "model": str, "credential_file": str, "credential_env": str,
          "timeout": int}
-#: a credential must fit in one HTTP header value
-_HEADER_SAFE = re.compile(rb"^[\x21-\x7e]+$")
+#: A key is one token of these characters (it travels as an HTTP header value
+#: and is matched by value, so it must survive JSON unescaped), at least
+#: :data:`MIN_CREDENTIAL_CHARS` long: a shorter one could not be told apart
+#: from ordinary text when it is scrubbed from environments and output.
+_TOKEN = re.compile(rb"^[A-Za-z0-9._~+/=:-]+$")
+MIN_CREDENTIAL_CHARS = 16
 
 
 @dataclass(frozen=True)
@@ -129,10 +134,10 @@ def read_credential(lane: Lane) -> bytes:
     try:
         raw = _native.read_secret_file(lane.credential_file, MAX_CREDENTIAL_BYTES)
     except _native.KeyCustodyError as e:
+        message, fix = e.args
         raise Refusal(
-            "custody-key-unsafe", f"{where}: {e}",
-            f"make it a regular file owned by you with mode 0600 and one link: "
-            f"`chmod 0600 {lane.credential_file}`; then `saphan lane check {lane.name}`",
+            "custody-key-unsafe", f"lane {lane.name}: {message}",
+            f"{fix}; then `saphan lane check {lane.name}`",
         ) from None
     except FileNotFoundError:
         raise UserError(f"{where} does not exist; write the key there (mode 0600) or "
@@ -145,10 +150,32 @@ def read_credential(lane: Lane) -> bytes:
             "the credential file must belong to the account that runs saphan",
         ) from None
     secret = raw.strip()
-    if not _HEADER_SAFE.match(secret):
-        raise UserError(f"{where} does not hold one printable token (no spaces or control "
-                        "characters); put only the API key in it")
+    if not _TOKEN.match(secret):
+        raise UserError(f"{where} does not hold one token of letters, digits and ._~+/=:- "
+                        "(no spaces, quotes or control characters); put only the API key in it")
+    if len(secret) < MIN_CREDENTIAL_CHARS:
+        raise UserError(
+            f"{where} holds a {len(secret)}-character key; saphan needs at least "
+            f"{MIN_CREDENTIAL_CHARS} (a shorter one cannot be told apart from ordinary text "
+            "when it is scrubbed from environments and output). If the server ignores keys, "
+            "write a random one: `openssl rand -hex 24 > FILE`"
+        )
     return secret
+
+
+def read_all(file: Path, active: Lane) -> dict[str, bytes]:
+    """Every declared lane's key whose file exists, each read under custody.
+
+    A loop run hides ALL lanes' files, so all of them must be files a path
+    denial covers: a credential file that gained a second hard link since
+    `lane add` refuses the run, whichever lane is active. The values serve
+    only to scrub environments by value (another name for the same key).
+    """
+    out = {active.name: read_credential(active)}
+    for lane in load(file).values():
+        if lane.name not in out and os.path.lexists(lane.credential_file):
+            out[lane.name] = read_credential(lane)
+    return out
 
 
 def add(file: Path, lane: Lane) -> Lane:

@@ -77,7 +77,7 @@ class Workspace:
         except _native.KeyCustodyError as e:
             raise Refusal(
                 "custody-key-unsafe",
-                str(e),
+                e.args[0],
                 f"the key must be a regular file owned by you, mode 0600, exactly "
                 f"{KEY_LENGTH} bytes: `chown $(id -u) {self.key_path} && "
                 f"chmod 0600 {self.key_path}`; if it was replaced, restore it from backup "

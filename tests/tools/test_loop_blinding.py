@@ -195,17 +195,18 @@ def test_no_measured_route_reveals_a_lane_credential(
     assert not result("run_command", argv=["cat", str(active_key), str(other_key)]).startswith(
         "exit 0")
     # Searches ran and found nothing.
-    # (The only file that holds the search term is the transcript, which
-    # records the model's own call.)
-    transcript_path = str(s.home / "runs" / rec["id"] / "out" / "transcript.jsonl")
+    # (The only files that hold the search term are the transcript and the
+    # run's output log, which record the model's own call.)
+    own = {str(s.home / "runs" / rec["id"] / "out" / "transcript.jsonl"),
+           str(s.home / "runs" / rec["id"] / "stdout.log")}
     grep = result("run_command", argv=["grep", "-r", "-F", partial, str(tmp_path), str(s.home)])
     assert f"{active_key}: Permission denied" in grep, grep
     hits = [line for line in grep.splitlines()[1:] if partial in line]
-    assert hits and all(line.startswith(transcript_path + ":") for line in hits), grep
+    assert hits and all(line.split(":", 1)[0] in own for line in hits), grep
     found = result("run_command", argv=["find", str(tmp_path), str(s.home), "-type", "f",
                                         "-exec", "grep", "-l", "-F", partial, "{}", "+"])
-    assert [line for line in found.splitlines()[1:] if not line.startswith("grep:")] == [
-        transcript_path], found
+    assert {line for line in found.splitlines()[1:] if not line.startswith("grep:")} <= own, found
+    assert "active.key" not in found.replace(f"{active_key}: Permission denied", "")
     # The authored script ran: it saw the environment and walked the ancestors.
     anc = result("run_command", argv=["sh", "ancestors.sh"], timeout=60)
     assert anc.startswith("exit 0") and "SAPHAN_TEST_MARKER=visible" in anc, anc

@@ -39,6 +39,9 @@ DEFAULT_MAX_TURNS = 50
 DEFAULT_MAX_SECONDS = 1800
 COMMAND_TIMEOUT = 300
 RETRIES = 2
+#: seconds past --max-seconds after which the engine kills a loop that has
+#: not ended by itself (outcome ``time-limit-killed``)
+WATCHDOG_GRACE = 30
 
 CHANNEL_NOTE = (
     "the lane's key was read by the engine (custody-checked) and written into a pipe that is "
@@ -69,6 +72,8 @@ class LoopAdapter(Adapter):
     hidden: tuple[str, ...] = ()
     #: every lane's credential variable (never in the jail's environment)
     scrub_env: tuple[str, ...] = ()
+    #: every lane's key: no variable holding one reaches the jail, whatever its name
+    scrub_values: tuple[bytes, ...] = field(default=(), repr=False)
     spec_path: str = ""
     out_dir: str = ""
     max_turns: int = DEFAULT_MAX_TURNS
@@ -87,8 +92,9 @@ class LoopAdapter(Adapter):
         return self.hidden
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
-        key = self.secret.decode("ascii")
-        return {k: v for k, v in env.items() if k not in self.scrub_env and key not in v}
+        keys = [k.decode("ascii") for k in (self.secret, *self.scrub_values)]
+        return {name: value for name, value in env.items()
+                if name not in self.scrub_env and not any(k in value for k in keys)}
 
     def argv(self, policy: Policy) -> list[str]:
         pc = self.instruction.permission_class
@@ -114,12 +120,13 @@ class LoopAdapter(Adapter):
         out["lane"] = {"name": self.lane.name, "base_url": self.lane.base_url,
                        "model": self.lane.model, "credential_env": self.lane.credential_env}
         out["blinding"] = {
-            "read_denied": list(self.hidden),
+            "read_denied": [p for p in self.hidden if p in policy.read_denials],
             "env_scrubbed": list(self.scrub_env),
             "credential_channel": CHANNEL_NOTE,
         }
         out["budgets"] = {"max_turns": self.max_turns, "max_seconds": self.max_seconds,
-                          "command_timeout": COMMAND_TIMEOUT, "model_retries": RETRIES}
+                          "command_timeout": COMMAND_TIMEOUT, "model_retries": RETRIES,
+                          "engine_kills_at_seconds": self.max_seconds + WATCHDOG_GRACE}
         if self.confinement == "vendor":
             out["confinement_note"] = VENDOR_NOTE
         return out
@@ -134,6 +141,10 @@ class LoopAdapter(Adapter):
                              "detail": "the loop wrote no result (it did not finish its "
                                        "bookkeeping; see stderr.log)"}}
         return {"loop": {**result, "transcript": transcript}}
+
+    def time_limit(self) -> float | None:
+        # The loop keeps its own budget; this is the engine's backstop.
+        return float(self.max_seconds + WATCHDOG_GRACE)
 
     def outcome(self, facts: dict[str, Any]) -> str | None:
         end = (facts.get("loop") or {}).get("end")

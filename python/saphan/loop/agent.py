@@ -64,9 +64,10 @@ class Redactor:
         self.secret = secret
         self.count = 0
 
-    def __call__(self, text: str) -> str:
+    def __call__(self, text: str, *, count: bool = True) -> str:
         if self.secret and self.secret in text:
-            self.count += text.count(self.secret)
+            if count:
+                self.count += text.count(self.secret)
             return text.replace(self.secret, "[credential withheld]")
         return text
 
@@ -88,14 +89,17 @@ class Transcript:
             text = entry["message"].get("content")
             line = f"[turn {entry['turn']}] model: {text}" if text else ""
         elif kind == "tool":
-            fn = entry["call"].get("function") or {} if isinstance(entry["call"], dict) else {}
+            call = entry["call"]
+            fn = call.get("function") if isinstance(call, dict) else None
+            fn = fn if isinstance(fn, dict) else {}
             first = entry["result"].split("\n", 1)[0]
             line = (f"[turn {entry['turn']}] {fn.get('name')} {_short(fn.get('arguments'))}"
                     f" -> {_short(first)}")
         else:
             return
         if line:
-            print(self.redact(line), flush=True)
+            # The same text was just counted on its way into the transcript.
+            print(self.redact(line, count=False), flush=True)
 
 
 def run(spec: dict[str, Any], secret: str) -> dict[str, Any]:
@@ -129,9 +133,13 @@ def run(spec: dict[str, Any], secret: str) -> dict[str, Any]:
                 answer = client.complete(messages, SCHEMAS, deadline)
             except ModelError as e:
                 end, detail = e.end, e.detail
+                if time.monotonic() >= deadline:
+                    end, detail = "time-budget-exhausted", (
+                        f"{spec['max_seconds']} s used, the last of it on the model: {e.detail}")
                 break
             turns += 1
-            usage = answer.get("usage") or {}
+            got_usage = answer.get("usage")
+            usage: dict[str, Any] = got_usage if isinstance(got_usage, dict) else {}
             for k, src in (("prompt", "prompt_tokens"), ("completion", "completion_tokens"),
                            ("total", "total_tokens")):
                 if isinstance(usage.get(src), int):
@@ -140,6 +148,18 @@ def run(spec: dict[str, Any], secret: str) -> dict[str, Any]:
             transcript.write({"kind": "assistant", "turn": turns, "message": message,
                               "usage": usage})
             tool_calls = message.get("tool_calls") or []
+            if not isinstance(tool_calls, list):
+                # Nothing to answer call by call: say so, and count the turn.
+                messages.append({"role": "assistant", "content": message.get("content")})
+                messages.append({"role": "user", "content": "error: `tool_calls` must be a "
+                                 "list of tool calls; call the tools again"})
+                malformed += 1
+                if malformed > MALFORMED_LIMIT:
+                    end, detail = "model-malformed", (
+                        f"{malformed} consecutive malformed turns; the last: `tool_calls` "
+                        f"was {type(tool_calls).__name__}, not a list")
+                    break
+                continue
             messages.append({"role": "assistant", "content": message.get("content"),
                              **({"tool_calls": tool_calls} if tool_calls else {})})
             if not tool_calls:

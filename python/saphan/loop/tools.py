@@ -16,17 +16,22 @@ refused write comes back to the model as the OS's own error.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shlex
 import signal
+import stat
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 #: bytes of a tool result returned to the model (head and tail are kept)
 OUTPUT_LIMIT = 64 * 1024
 READ_LIMIT = 256 * 1024
+#: seconds to collect output after a timed-out command's group was killed
+GRACE = 2.0
 
 SCHEMAS: list[dict[str, Any]] = [
     {"type": "function", "function": {
@@ -84,8 +89,8 @@ class Toolbox:
 
     def _path(self, args: dict[str, Any], key: str = "path", default: str | None = None) -> str:
         value = args.get(key, default)
-        if not isinstance(value, str) or not value:
-            raise BadCall(f"`{key}` must be a non-empty string")
+        if not isinstance(value, str) or not value or "\0" in value:
+            raise BadCall(f"`{key}` must be a non-empty string without NUL bytes")
         return os.path.join(self.workdir, value)
 
     def _run_command(self, args: dict[str, Any]) -> str:
@@ -93,8 +98,9 @@ class Toolbox:
         if isinstance(argv, str):
             argv = shlex.split(argv)
         if (not isinstance(argv, list) or not argv
-                or not all(isinstance(a, str) for a in argv)):
-            raise BadCall("run_command: `argv` must be a non-empty list of strings")
+                or not all(isinstance(a, str) and "\0" not in a for a in argv)):
+            raise BadCall("run_command: `argv` must be a non-empty list of strings "
+                          "(without NUL bytes)")
         base = os.path.basename(argv[0])
         if self.allowed is not None and base not in self.allowed:
             return (f"refused by the permission class: {base!r} is not one of the allowed "
@@ -108,7 +114,7 @@ class Toolbox:
 
     def _read_file(self, args: dict[str, Any]) -> str:
         try:
-            with open(self._path(args), "rb") as f:
+            with _open_regular(self._path(args), os.O_RDONLY) as f:
                 data = f.read(READ_LIMIT + 1)
         except OSError as e:
             return f"error: {e.strerror or e} ({args.get('path')})"
@@ -121,8 +127,8 @@ class Toolbox:
             raise BadCall("write_file: `content` must be a string")
         path = self._path(args)
         try:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(content)
+            with _open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as f:
+                f.write(content.encode())
         except OSError as e:
             return f"error: {e.strerror or e} ({args.get('path')})"
         return f"wrote {len(content.encode())} bytes to {args.get('path')}"
@@ -143,6 +149,24 @@ class Toolbox:
         return "finished"
 
 
+def _open_regular(path: str, flags: int) -> BinaryIO:
+    """Open a regular file only: never block on a FIFO, never read a device.
+
+    O_NONBLOCK makes opening a FIFO return at once (or fail with ENXIO), and
+    the descriptor's own fstat decides; a model cannot stall the loop past
+    its budgets with `mkfifo p` and `read_file p`.
+    """
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, 0o666)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb" if flags & os.O_ACCMODE == os.O_RDONLY else "wb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def run_argv(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], timeout: float) -> str:
     """Run one command (its own process group, killed whole on timeout)."""
     try:
@@ -155,10 +179,27 @@ def run_argv(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], timeout: 
         out, _ = proc.communicate(timeout=timeout)
         status = f"exit {proc.returncode}"
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
+        _kill_group(proc.pid)
         status = f"killed after {timeout:.0f} s (timeout)"
+        try:
+            out, _ = proc.communicate(timeout=GRACE)
+        except subprocess.TimeoutExpired:
+            # Something that left the process group still holds the output
+            # pipe open: stop reading rather than wait on it.
+            out = b"[output unavailable: a process outside the command's group kept its "
+            out += b"output open]"
+            proc.kill()
+            assert proc.stdout is not None
+            proc.stdout.close()
+            proc.wait()
+    # What the command left running in its group ends with the call.
+    _kill_group(proc.pid)
     return f"{status}\n{clip(out.decode(errors='replace'))}"
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def clip(text: str) -> str:

@@ -17,6 +17,7 @@ it). The dispatcher (saphan.dispatch) calls, in order:
                                bytes written into a pipe (the loop's key)
     after_run(stdout_path)  -> facts read back from the tool's output
     outcome(facts)          -> the run's outcome, when the tool names a finer one
+    time_limit()            -> the engine's watchdog for the whole run, if any
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ class Adapter(ABC):
         return {}
 
     def outcome(self, facts: dict[str, Any]) -> str | None:
+        return None
+
+    def time_limit(self) -> float | None:
+        """Seconds after which the engine kills the run (None: no limit)."""
         return None
 
 

@@ -99,9 +99,10 @@ def prepare(
     if tool == "loop":
         from saphan.loop.adapter import DEFAULT_MAX_SECONDS, DEFAULT_MAX_TURNS, LoopAdapter
 
-        lane, secret, hidden, scrub = lane_parts
+        lane, keys, hidden, scrub = lane_parts
         return LoopAdapter(
-            binary, instruction, confinement, run_id, lane=lane, secret=secret,
+            binary, instruction, confinement, run_id, lane=lane, secret=keys[lane.name],
+            scrub_values=tuple(keys.values()),
             hidden=hidden, scrub_env=scrub, spec_path=str(run_dir / "loop-spec.json"),
             out_dir=str(run_dir / "out"),
             max_turns=request.max_turns or DEFAULT_MAX_TURNS,
@@ -110,20 +111,22 @@ def prepare(
     raise UserError(f"tool {tool!r} has no adapter in this build")
 
 
-def _lane(engine: Engine, request: Request) -> tuple[Lane, bytes, tuple[str, ...],
+def _lane(engine: Engine, request: Request) -> tuple[Lane, dict[str, bytes], tuple[str, ...],
                                                    tuple[str, ...]]:
-    """The run's lane and its key (read here, outside any jail, under custody),
-    what the jail must hide (every lane's credential file and the lanes
-    file), and every lane's credential variable (scrubbed by name)."""
+    """The run's lane and every lane's key (read here, outside any jail, under
+    custody), what the jail must hide (every lane's credential file and the
+    lanes file), and every lane's credential variable (scrubbed by name)."""
     from saphan import lanes
 
     file = lanes.path(engine.workspace.home)
     lane = lanes.get(file, request.lane)
-    secret = lanes.read_credential(lane)
+    keys = lanes.read_all(file, lane)
     declared = lanes.load(file).values()
-    hidden = (str(file), *dict.fromkeys(os.path.realpath(x.credential_file) for x in declared))
+    hidden = (str(file), *dict.fromkeys(
+        os.path.realpath(x.credential_file) for x in declared
+        if os.path.lexists(x.credential_file)))
     scrub = tuple(dict.fromkeys(x.credential_env for x in declared))
-    return lane, secret, hidden, scrub
+    return lane, keys, hidden, scrub
 
 
 def _resume(engine: Engine, tool: str, run_ref: str, workdir: str) -> Resume:

@@ -13,6 +13,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -31,6 +32,13 @@ class Finished:
     exit_code: int
     stdout_path: str
     stderr_path: str
+    #: the child outlived ``time_limit`` and was killed
+    killed_at_limit: bool = False
+
+
+#: seconds to keep reading a killed child's output (its own children may
+#: still hold the pipes; they are not waited for beyond this)
+KILL_GRACE = 2.0
 
 
 def _die_with_saphan() -> None:
@@ -90,10 +98,13 @@ def run(
     stream: bool = True,
     stdin_path: str | None = None,
     stdin_bytes: bytes | None = None,
+    time_limit: float | None = None,
 ) -> Finished:
     """Run ``argv``; stdin is /dev/null, the file ``stdin_path`` (an agent's
     prompt: never on the command line), or a pipe holding ``stdin_bytes`` and
-    then EOF (the loop's key: never in argv or an environment)."""
+    then EOF (the loop's key: never in argv or an environment). With
+    ``time_limit`` (seconds), a child still running then is SIGKILLed — a
+    watchdog behind a tool's own budgets, so no run can hang for ever."""
     out_path = os.path.join(run_dir, "stdout.log")
     err_path = os.path.join(run_dir, "stderr.log")
     got: list[int] = []
@@ -109,13 +120,13 @@ def run(
             proc.stderr.fileno(): (err_f, sys.stderr.buffer if stream else None),  # type: ignore[union-attr]
         }
         with _forward_signals(proc, got):
-            _pump(sinks)
+            killed = _pump(sinks, proc, time_limit)
             code = proc.wait()
         proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()  # type: ignore[union-attr]
     if got:
         raise Interrupted(got[0], code)
-    return Finished(code, out_path, err_path)
+    return Finished(code, out_path, err_path, killed_at_limit=killed)
 
 
 def _stdin(path: str | None, data: bytes | None) -> IO[bytes]:
@@ -134,13 +145,28 @@ def _stdin(path: str | None, data: bytes | None) -> IO[bytes]:
     return os.fdopen(r, "rb")
 
 
-def _pump(sinks: dict[int, tuple[IO[bytes], IO[bytes] | None]]) -> None:
+def _pump(sinks: dict[int, tuple[IO[bytes], IO[bytes] | None]],
+          proc: subprocess.Popen[bytes], time_limit: float | None) -> bool:
+    """Copy output until EOF; past ``time_limit``, kill ``proc`` and read on
+    for at most :data:`KILL_GRACE`. Returns whether it killed."""
+    deadline = time.monotonic() + time_limit if time_limit is not None else None
+    killed = False
     sel = selectors.DefaultSelector()
     for fd in sinks:
         sel.register(fd, selectors.EVENT_READ)
     open_fds = set(sinks)
     while open_fds:
-        for key, _ in sel.select():
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready = sel.select(wait)
+        if not ready and deadline is not None and time.monotonic() >= deadline:
+            if killed:
+                break  # grace over: what still holds the pipes is not waited for
+            with suppress(ProcessLookupError):
+                proc.kill()
+            killed = True
+            deadline = time.monotonic() + KILL_GRACE
+            continue
+        for key, _ in ready:
             fd = key.fd
             try:
                 chunk = os.read(fd, 65536)
@@ -157,3 +183,4 @@ def _pump(sinks: dict[int, tuple[IO[bytes], IO[bytes] | None]]) -> None:
                 term.write(chunk)
                 term.flush()
     sel.close()
+    return killed

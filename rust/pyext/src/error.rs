@@ -1,7 +1,7 @@
 //! The one place saphan-core errors become Python exceptions.
 //!
 //! * policy errors          → `ValueError(message)`
-//! * key custody refusals   → `saphan._native.KeyCustodyError(message)`
+//! * key custody refusals   → `saphan._native.KeyCustodyError(message, remediation)`
 //! * plain I/O errors       → `OSError(errno, strerror, path)`, which Python
 //!   narrows to its subclass (`FileNotFoundError`, `PermissionError`, …)
 //! * anything else          → `RuntimeError(message)`
@@ -63,7 +63,7 @@ impl From<NativeError> for PyErr {
         match e.0 {
             Error::Policy(p) => PyValueError::new_err(p.to_string()),
             Error::KeyCustody(CoreKeyError::Io { path, source }) => os_error(&path, source),
-            Error::KeyCustody(k) => KeyCustodyError::new_err(k.to_string()),
+            Error::KeyCustody(k) => KeyCustodyError::new_err((k.to_string(), k.remediation())),
             Error::Io { path, source } => os_error(&path, source),
             Error::BinaryCustody(BinaryCustodyError::Unmeasurable { path, source }) => {
                 os_error(&path, source)
