@@ -68,6 +68,11 @@ def read_secret_file(path: str, max_len: int) -> bytes:
     :func:`read_key_file`, plus exactly one hard link and 1..``max_len``
     bytes. Raises KeyCustodyError on a custody failure, OSError otherwise."""
 
+def read_lanes_file(path: str, max_len: int) -> bytes:
+    """Reads the lanes file with the custody of :func:`read_secret_file`
+    (messages name a "lanes file"): whoever could rewrite it could send a
+    lane's key to their own endpoint."""
+
 def parse_policy(json: str) -> str:
     """Parses a launcher policy with saphan-launcher's own parser and returns
     its canonical JSON. Raises ValueError with the parser's message (which

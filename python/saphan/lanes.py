@@ -20,6 +20,7 @@ hard link, at most :data:`MAX_CREDENTIAL_BYTES`; one token of at least
 :data:`MIN_CREDENTIAL_CHARS` characters), and handed to the jailed loop over a
 pipe (saphan.loop.adapter). Every lane's credential file and this file
 are read-denied inside the loop's jail — all lanes, not just the active one.
+This file itself is read with a credential's custody: it says where keys go.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from saphan.errors import UserError
 from saphan.refusals import Refusal
 
 MAX_CREDENTIAL_BYTES = 4096
+MAX_LANES_FILE_BYTES = 1 << 20
 DEFAULT_ENV = "OPENAI_API_KEY"
 DEFAULT_TIMEOUT = 120
 
@@ -69,13 +71,28 @@ def path(home: Path) -> Path:
 
 
 def load(file: Path) -> dict[str, Lane]:
-    """Every declared lane, by name (empty when the file does not exist)."""
+    """Every declared lane, by name (empty when the file does not exist).
+
+    The file is read with a credential file's custody (rust/core): it is not
+    a secret, but it says where each key is sent, so whoever could rewrite it
+    could point a lane at their own endpoint.
+    """
     import tomllib
 
+    from saphan import _native
+
     try:
-        data = tomllib.loads(file.read_text())
+        raw = _native.read_lanes_file(str(file), MAX_LANES_FILE_BYTES)
     except FileNotFoundError:
         return {}
+    except _native.KeyCustodyError as e:
+        message, fix = e.args
+        raise Refusal("custody-key-unsafe", f"{message} (it names where lane keys are sent)",
+                      fix) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UserError(f"{file} is not UTF-8 ({e}); fix it or move it aside") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{file} is not valid TOML ({e}); fix it or remove the broken lane "
                         "with `saphan lane remove`") from None

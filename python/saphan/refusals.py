@@ -41,7 +41,7 @@ CLASSES: dict[str, str] = {
     "custody-binary-unsafe": "the running binary is replaceable by an identity that is not its custodian",
     "custody-key-unsafe": (
         "a workspace key file fails owner-only / no-follow / exact-length custody, or a lane "
-        "credential file fails owner-only / no-follow / one-link / size custody"
+        "credential file or the lanes file fails owner-only / no-follow / one-link / size custody"
     ),
     "policy-schema-unknown": "a permission class names a schema version outside the accepted set",
     "policy-schema-mixed": "a permission class uses a feature of a schema version it does not claim",

@@ -130,6 +130,7 @@ def test_relative_credential_file_in_the_lanes_file_is_refused(saphan_sqlite: Sa
     s = saphan_sqlite
     _lanes_file(s).write_text('[lane.x]\nbase_url = "http://127.0.0.1:1/v1"\nmodel = "m"\n'
                               'credential_file = "keys/lane.key"\n')
+    _lanes_file(s).chmod(0o600)  # custody passes; the content is what is wrong
     _user_error(s("lane", "list"), "'keys/lane.key'", "not an absolute path")
 
 
@@ -364,3 +365,29 @@ def test_short_key_is_refused_at_add(saphan_sqlite: Saphan, tmp_path: Path, valu
     assert r.code == 2, r.err
     assert f"holds a {len(value)}-character key" in r.err and "openssl rand -hex 24" in r.err
     assert not (saphan_sqlite.home / "lanes.toml").exists()
+
+
+@pytest.mark.parametrize("damage", ["group-writable", "second-name"])
+def test_lanes_file_gets_a_credential_custody(saphan_sqlite: Saphan, tmp_path: Path,
+                                              damage: str) -> None:
+    """The lanes file says where each key is sent: a lanes file others could
+    rewrite (or that has a second name) is refused before any lane is used."""
+    s = saphan_sqlite
+    key = tmp_path / "k.key"
+    key.write_text(f"sk-test-{secrets.token_hex(12)}\n")
+    key.chmod(0o600)
+    s.ok("lane", "add", "L", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
+         "--credential-file", str(key))
+    lanes_file = s.home / "lanes.toml"
+    assert stat.S_IMODE(lanes_file.stat().st_mode) == 0o600
+    if damage == "group-writable":
+        lanes_file.chmod(0o620)
+        said = "has mode 0620"
+    else:
+        os.link(lanes_file, tmp_path / "lanes-backup.toml")
+        said = "has 2 hard links"
+    for verb in (["lane", "list"], ["lane", "check"]):
+        r = s(*verb)
+        assert r.code == 3, (verb, r.err)
+        assert f"refused [custody-key-unsafe]: lanes file {lanes_file} {said}" in r.err, r.err
+        assert "fix: " in r.err

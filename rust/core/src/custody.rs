@@ -333,6 +333,9 @@ pub enum SecretKind {
     /// A lane credential, e.g. an API key (`read_secret_file`): one name,
     /// non-empty, bounded length.
     Credential,
+    /// The lanes file (`read_lanes_file`): not a secret, but it says where
+    /// each credential is sent, so it gets the credential's custody.
+    Lanes,
 }
 
 impl SecretKind {
@@ -341,6 +344,7 @@ impl SecretKind {
         match self {
             SecretKind::Key => "key",
             SecretKind::Credential => "credential",
+            SecretKind::Lanes => "lanes file",
         }
     }
 
@@ -349,6 +353,7 @@ impl SecretKind {
         match self {
             SecretKind::Key => "key file",
             SecretKind::Credential => "credential file",
+            SecretKind::Lanes => "lanes file",
         }
     }
 }
@@ -475,6 +480,11 @@ impl KeyCustodyError {
                 ),
                 SecretKind::Credential => format!(
                     "restore the credential file {} (mode 0600, owned by you, one link)",
+                    path.display()
+                ),
+                SecretKind::Lanes => format!(
+                    "restore {} from a backup (mode 0600, owned by you, one link), or move it \
+                     aside and declare the lanes again with `saphan lane add`",
                     path.display()
                 ),
             },
@@ -735,7 +745,22 @@ pub fn read_secret_file_as(
     max_len: u64,
     euid: u32,
 ) -> Result<Vec<u8>, KeyCustodyError> {
-    let what = SecretKind::Credential;
+    read_single_name_as(path, max_len, euid, SecretKind::Credential)
+}
+
+/// Reads the lanes file with a credential's custody, for the process's own
+/// euid: it names where every lane's key is sent, so whoever could rewrite
+/// it could redirect a key to their own endpoint.
+pub fn read_lanes_file(path: &Path, max_len: u64) -> Result<Vec<u8>, KeyCustodyError> {
+    read_single_name_as(path, max_len, sys::geteuid(), SecretKind::Lanes)
+}
+
+fn read_single_name_as(
+    path: &Path,
+    max_len: u64,
+    euid: u32,
+    what: SecretKind,
+) -> Result<Vec<u8>, KeyCustodyError> {
     let (file, meta) = open_owner_only(path, euid, what)?;
     if meta.nlink() != 1 {
         return Err(KeyCustodyError::Linked {
@@ -768,6 +793,28 @@ pub fn read_secret_file_as(
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn lanes_file_gets_a_credential_custody_under_its_own_name() {
+        let dir = std::env::temp_dir().join(format!("saphan-lanes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("lanes.toml");
+        std::fs::write(&p, b"[lane.a]\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_lanes_file(&p, 1 << 20).unwrap(), b"[lane.a]\n");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o620)).unwrap();
+        let e = read_lanes_file(&p, 1 << 20).unwrap_err();
+        assert_eq!(e.what(), Some(SecretKind::Lanes));
+        assert!(e
+            .to_string()
+            .starts_with(&format!("lanes file {} has mode 0620", p.display())));
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let other = dir.join("second-name");
+        std::fs::hard_link(&p, &other).unwrap();
+        let e = read_lanes_file(&p, 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("has 2 hard links"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     const ROOT: u32 = 0;
     const ALICE: u32 = 1000;

@@ -93,6 +93,18 @@ fn read_secret_file(
     Ok(PyBytes::new(py, &bytes))
 }
 
+/// Reads the lanes file after a credential's custody checks (it says where
+/// every lane key is sent).
+#[pyfunction]
+fn read_lanes_file(
+    py: Python<'_>,
+    path: PathBuf,
+    max_len: u64,
+) -> Result<Bound<'_, PyBytes>, NativeError> {
+    let bytes = py.detach(|| custody::read_lanes_file(&path, max_len))?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
 /// Parses a launcher policy with the launcher's own parser and returns its
 /// canonical JSON; raises ValueError with the parser's message.
 #[pyfunction]
@@ -117,6 +129,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_binary_custody_as, m)?)?;
     m.add_function(wrap_pyfunction!(read_key_file, m)?)?;
     m.add_function(wrap_pyfunction!(read_secret_file, m)?)?;
+    m.add_function(wrap_pyfunction!(read_lanes_file, m)?)?;
     m.add_function(wrap_pyfunction!(parse_policy, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     Ok(())
