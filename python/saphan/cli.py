@@ -464,12 +464,13 @@ def run(
     The run's output streams here and to $SAPHAN_HOME/runs/<id>/. Exit status:
     0 when the command exited 0, 1 when it failed, 3 when refused.
     """
-    from saphan.tools.launch import Request
-
     engine = _engine(ctx)
     request = None
     if any(v is not None for v in (prompt, prompt_file, model, permission_class, resume, lane,
                                    max_turns, max_seconds)):
+        # Only now: the agent tools' modules are not a plain command's cost.
+        from saphan.tools.launch import Request
+
         request = Request(prompt=prompt, prompt_file=prompt_file, model=model,
                           permission_class=permission_class, resume=resume, lane=lane,
                           max_turns=max_turns, max_seconds=max_seconds)

@@ -25,11 +25,14 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from saphan.loop.client import Client, ModelError
-from saphan.loop.tools import SCHEMAS, BadCall, Toolbox
-from saphan.transport.local import set_dumpable
+if TYPE_CHECKING:
+    from saphan.loop.tools import Toolbox
+
+# The model client and the tools are imported by run(), after main() has
+# drained the key pipe and made this process non-dumpable: the shorter the
+# time from exec to that point, the shorter the key waits in the pipe.
 
 SYSTEM = ("You are a coding agent working in the directory {workdir}. Use the tools to do the "
           "task. Files you may change are inside that directory; writes elsewhere are refused "
@@ -103,6 +106,9 @@ class Transcript:
 
 
 def run(spec: dict[str, Any], secret: str) -> dict[str, Any]:
+    from saphan.loop.client import Client, ModelError
+    from saphan.loop.tools import SCHEMAS, Toolbox
+
     start = time.monotonic()
     deadline = start + float(spec["max_seconds"])
     redact = Redactor(secret)
@@ -206,6 +212,8 @@ def _call_id(call: Any) -> str:
 
 def _one_call(box: Toolbox, call: Any) -> tuple[str, bool]:
     """(result text, whether the call was malformed)."""
+    from saphan.loop.tools import BadCall
+
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         return "error: a tool call must name a function", True
@@ -226,12 +234,14 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     secret = read_secret()
+    from saphan.transport.local import set_dumpable
+
     set_dumpable(False)
     with open(argv[0], encoding="utf-8") as f:
         spec = json.load(f)
     # Nothing this process starts inherits a credential variable.
-    for name in [k for k, v in os.environ.items()
-                 if k in spec["scrub_env"] or (secret and secret in v)]:
+    kept = scrubbed(os.environ, list(spec["scrub_env"]), secret)
+    for name in set(os.environ) - set(kept):
         del os.environ[name]
     result = run(spec, secret)
     tmp = spec["result"] + ".tmp"
