@@ -88,3 +88,44 @@ def test_vendor_confinement_does_not_unjail_the_loop(saphan_sqlite: Saphan,
     assert rec["confinement_setting"] == "vendor"
     assert rec["enforced_by"]["mechanism"] == "bubblewrap"
     assert "the engine confined it" in rec["confinement_note"]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("bwrap_available")
+def test_loop_commits_in_its_own_worktree(saphan_sqlite: Saphan, tmp_path: Path) -> None:
+    """`--repo`: the loop works in a linked worktree on saphan/<run-id>, made
+    outside the boundary; its git commit lands there, the main branch and the
+    main .git's config stay as they were."""
+    import subprocess
+
+    s = saphan_sqlite
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t",
+                    "commit", "-q", "--allow-empty", "-m", "base"], check=True)
+    main_head = subprocess.run(["git", "-C", str(repo), "rev-parse", "main"], check=True,
+                               capture_output=True, text=True).stdout.strip()
+    script: list[Any] = [
+        ("calls", [("write_file", {"path": "feature.txt", "content": "from the loop\n"}),
+                   ("run_command", {"argv": ["git", "add", "feature.txt"]}),
+                   ("run_command", {"argv": ["git", "-c", "user.email=loop@saphan",
+                                             "-c", "user.name=loop", "commit", "-q", "-m",
+                                             "loop: add feature"]})]),
+        ("calls", [("finish", {"summary": "committed"})]),
+    ]
+    with ChatCompletionsServer(script) as srv:
+        _setup(s, tmp_path, srv.base_url)
+        r = s("run", "--machine", "here", "--slot", "lp", "--repo", str(repo), "--lane", "a",
+              "--prompt", "add a feature and commit it", "--json", timeout=120)
+        results = srv.tool_results()
+    assert r.code == 0, r.err
+    rec = json.loads(r.out)
+    assert results[1].startswith("exit 0") and results[2].startswith("exit 0"), results
+    branch = rec["worktree"]["branch"]
+    assert branch == f"saphan/{rec['id']}"
+    log = subprocess.run(["git", "-C", str(repo), "log", "-1", "--format=%s", branch],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    assert log == "loop: add feature"
+    assert rec["worktree"]["head_after"] != main_head
+    assert subprocess.run(["git", "-C", str(repo), "rev-parse", "main"], check=True,
+                          capture_output=True, text=True).stdout.strip() == main_head
