@@ -651,6 +651,17 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
                    "(the tool's own policy, not a boundary)")
     if d.get("resumes"):
         click.echo(f"resumes:     run {d['resumes']['run']} (session {d['resumes']['session']})")
+    if d.get("lane"):
+        lane = d["lane"]
+        click.echo(f"lane:        {lane['name']}: {lane['model']} at {lane['base_url']} (key on a "
+                   f"pipe; ${lane['credential_env']} scrubbed)")
+    if d.get("loop"):
+        loop = d["loop"]
+        tokens = loop.get("tokens") or {}
+        click.echo(f"loop:        {loop.get('end')} after {loop.get('turns')} turn(s), "
+                   f"{loop.get('tool_calls')} tool call(s), {tokens.get('total', 0)} tokens, "
+                   f"{loop.get('redactions')} redaction(s): {loop.get('detail')}")
+        click.echo(f"transcript:  {loop.get('transcript')}")
     for path in d.get("writable") or []:
         click.echo(f"writable:    {path}")
     for path in (d.get("policy") or {}).get("read_denials", []):

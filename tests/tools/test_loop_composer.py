@@ -71,6 +71,12 @@ def test_loop_gets_the_tools_jail_plus_the_blinding(saphan_sqlite: Saphan,
         assert ["--ro-bind", "/dev/null", path] == argv[argv.index(path) - 2: argv.index(path) + 1]
         assert argv.index(path) > max(i for i, a in enumerate(argv) if a == "--bind")
     assert sorted(loop["blinding"]["env_scrubbed"]) == ["KEY_A", "KEY_B"]
+    shown = s.ok("runs", "show", loop["id"]).out
+    assert f"lane:        b: m-b at {srv.base_url}/v1 (key on a pipe; $KEY_B scrubbed)" in shown
+    assert ("loop:        finished after 1 turn(s), 0 tool call(s), 120 tokens, 0 redaction(s)"
+            in shown), shown
+    for path in blinding:
+        assert f"unreadable:  {path}" in shown
 
 
 @pytest.mark.slow
