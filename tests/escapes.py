@@ -31,6 +31,14 @@ CONTENT = {
     "git_worktree_dir": "mkdir -p .git/worktrees/x",
     "git_config": "echo '[core]' >> .git/config",
     "new_dev": "echo x > /dev/saphan-escape",
+    # Through the root of any ancestor outside the jail's mount namespace
+    # (bubblewrap's own parent, saphan): /proc/<pid>/root is that process's
+    # view of the filesystem — the host's, where nothing is read-only.
+    "proc_root_ancestor": (
+        "v=$(cd ../outside && pwd)/victim.txt; p=$PPID; "
+        "while [ \"$p\" -gt 1 ]; do echo x 2>/dev/null > /proc/$p/root$v && exit 0; "
+        "p=$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f2); done; exit 1"
+    ),
 }
 
 #: metadata changes: refused by a read-only mount, NOT by Landlock (residual)

@@ -347,3 +347,32 @@ def test_tool_calls_that_would_block_or_crash_the_loop(saphan_sqlite: Saphan,
     assert results[6].startswith("killed after 1 s (timeout)")
     assert "kept its output open" in results[6]
     assert took < 30, took
+
+
+@pytest.mark.parametrize("piped", [b"", b"sk-stolen"])
+def test_a_short_key_pipe_ends_without_contacting_the_model(tmp_path: Path,
+                                                            piped: bytes) -> None:
+    """The engine writes a whole key (at least 16 characters) into the pipe;
+    less on the jailed side means another process read it first. The loop
+    ends `key-channel-broken` and never sends a request with what is left."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with ChatCompletionsServer([("calls", [("finish", {"summary": "x"})])]) as srv:
+        spec = {"lane": "L", "base_url": f"{srv.base_url}/v1", "model": "m", "timeout": 5,
+                "retries": 0, "prompt": "p", "workdir": str(tmp_path), "allowed_commands": None,
+                "max_turns": 3, "max_seconds": 30, "command_timeout": 5,
+                "scrub_env": ["OPENAI_API_KEY"], "transcript": str(out / "transcript.jsonl"),
+                "result": str(out / "loop-result.json")}
+        (tmp_path / "spec.json").write_text(json.dumps(spec))
+        done = subprocess.run([sys.executable, "-I", "-m", "saphan.loop.agent",
+                               str(tmp_path / "spec.json")], input=piped,
+                              capture_output=True, timeout=60, check=False)
+        requests = len(srv.requests)
+    assert done.returncode == 1, done.stderr
+    result = json.loads((out / "loop-result.json").read_text())
+    assert result["end"] == "key-channel-broken"
+    assert f"held {len(piped)} character(s)" in result["detail"]
+    assert requests == 0

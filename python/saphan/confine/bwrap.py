@@ -7,7 +7,9 @@ Order is the security property, and bubblewrap applies its arguments in order:
 4. read denials LAST (``--ro-bind /dev/null FILE``, ``--tmpfs DIR`` then
    ``--remount-ro DIR``): a later bind at the same path would override an
    earlier denial, so a denial must be the last word about its path.
-Capabilities are dropped so root inside cannot remount its way out; no PID
+Capabilities are dropped so root inside cannot remount its way out; the jail
+gets its own user namespace even when saphan runs as root (else bubblewrap's
+parent process is a way out through /proc/<pid>/root — measured); no PID
 namespace (the design keeps /proc shared), the session is new (no TIOCSTI
 into the operator's terminal) and the jail dies with its parent.
 """
@@ -57,6 +59,13 @@ def _carve_outs_and_denials(policy: Policy) -> list[str]:
 
 def _tail(policy: Policy) -> list[str]:
     argv = [
+        # A user namespace of its own, also when saphan runs as root (where
+        # bubblewrap would otherwise create none): without it the jail's uid 0
+        # and bubblewrap's own parent process — outside the mount namespace,
+        # capabilities dropped, dumpable — pass the kernel's ptrace check on
+        # each other, and /proc/<that pid>/root is the host's whole filesystem,
+        # read AND write. Across user namespaces that check fails.
+        "--unshare-user",
         "--die-with-parent",
         "--new-session",
         "--cap-drop", "ALL",

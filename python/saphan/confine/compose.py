@@ -3,8 +3,8 @@
 Fail closed: no bubblewrap on Linux, no sandbox-exec on macOS, or any other
 operating system is the refusal ``confinement-unavailable`` — never a warning
 followed by an unconfined run. On Linux the chosen bubblewrap is also tried
-once (``bwrap --ro-bind / / -- true``) so a host whose kernel forbids the
-namespaces it needs is refused here, not discovered half-way through a run.
+once (``bwrap --ro-bind / / --unshare-user -- true``) so a host whose kernel
+forbids the namespaces it needs is refused here, not discovered half-way through a run.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def _usable_bwrap() -> _Bwrap:
             [exe, "--version"], capture_output=True, text=True, timeout=10, check=False
         ).stdout.strip()
         trial = subprocess.run(
-            [exe, "--ro-bind", "/", "/", "--cap-drop", "ALL", "--", "true"],
+            [exe, "--ro-bind", "/", "/", "--unshare-user", "--cap-drop", "ALL", "--", "true"],
             capture_output=True, text=True, timeout=30, check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:

@@ -243,7 +243,19 @@ def main(argv: list[str]) -> int:
     kept = scrubbed(os.environ, list(spec["scrub_env"]), secret)
     for name in set(os.environ) - set(kept):
         del os.environ[name]
-    result = run(spec, secret)
+    from saphan.lanes import MIN_CREDENTIAL_CHARS
+
+    if len(secret) < MIN_CREDENTIAL_CHARS:
+        # The engine wrote a whole key; less means someone else read the pipe
+        # first. Never talk to the model with what is left.
+        result = {"end": "key-channel-broken", "detail": (
+            f"the key pipe held {len(secret)} character(s), not the lane's key (at least "
+            f"{MIN_CREDENTIAL_CHARS}): another process read it first; the model was not "
+            "contacted"), "summary": None, "turns": 0, "tool_calls": 0,
+            "tokens": {"prompt": 0, "completion": 0, "total": 0}, "http_attempts": 0,
+            "redactions": 0, "seconds": 0.0}
+    else:
+        result = run(spec, secret)
     tmp = spec["result"] + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(result, f, sort_keys=True)
