@@ -94,6 +94,7 @@ mkdir {common}/worktrees/evil && echo WORKTREE-ADDED
 cat {key} && echo KEY-READ
 git add inside.txt && git -c user.email=t@e -c user.name=t commit -q -m agent && echo COMMITTED
 python3 -c 'import socket; socket.create_connection(("127.0.0.1", 9), 2)' 2>&1 | tail -1
+echo WALK-FROM-$$-PARENT-$PPID; p=$PPID; while [ "$p" -gt 1 ]; do echo WALKED-$(cat /proc/$p/comm); echo x 2>/dev/null > /proc/$p/root{outside} && echo PROC-ROOT-WROTE-$p; cat /proc/$p/root{key} 2>/dev/null && echo PROC-ROOT-KEY-$p; p=$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f2); done
 """
     settings = codex.settings(policy, run_id=RUN, model=None)
     before_cfg = (common / "config").read_bytes()
@@ -103,9 +104,12 @@ python3 -c 'import socket; socket.create_connection(("127.0.0.1", 9), 2)' 2>&1 |
     assert "INSIDE-OK" in out and "SCRATCH-OK" in out and "COMMITTED" in out, r.stderr
     for escaped in ("TMP-WROTE", "OUTSIDE-WROTE", "HOME-WROTE", "INVOKING-TMPDIR-WROTE",
                     "SLASH-TMP-WROTE", "CONFIG-WROTE", "HOOK-WROTE", "WORKTREE-ADDED",
-                    "KEY-READ"):
+                    "KEY-READ", "PROC-ROOT-WROTE", "PROC-ROOT-KEY"):
         assert escaped not in out, (escaped, out, r.stderr)
     assert "SECRET-KEY" not in out
+    # The ancestor walk ran: Codex's sandbox gives the command a PID namespace
+    # (its parent is pid 1), so no process outside it is there to reach.
+    assert "WALK-FROM-" in out and ("PARENT-1\n" in out or "WALKED-" in out), out
     assert "Operation not permitted" in out or "PermissionError" in out  # the socket
     assert outside.read_text() == "original\n"
     assert not (tmp_path / "new-in-tmp").exists() and not (home / "x").exists()
