@@ -94,7 +94,13 @@ mkdir {common}/worktrees/evil && echo WORKTREE-ADDED
 cat {key} && echo KEY-READ
 git add inside.txt && git -c user.email=t@e -c user.name=t commit -q -m agent && echo COMMITTED
 python3 -c 'import socket; socket.create_connection(("127.0.0.1", 9), 2)' 2>&1 | tail -1
-echo WALK-FROM-$$-PARENT-$PPID; p=$PPID; while [ "$p" -gt 1 ]; do echo WALKED-$(cat /proc/$p/comm); echo x 2>/dev/null > /proc/$p/root{outside} && echo PROC-ROOT-WROTE-$p; cat /proc/$p/root{key} 2>/dev/null && echo PROC-ROOT-KEY-$p; p=$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f2); done
+echo WALK-FROM-$$-PARENT-$PPID; p=$PPID
+while [ "$p" -gt 1 ]; do
+  echo WALKED-$(cat /proc/$p/comm)
+  echo x 2>/dev/null > /proc/$p/root{outside} && echo PROC-ROOT-WROTE-$p
+  cat /proc/$p/root{key} 2>/dev/null && echo PROC-ROOT-KEY-$p
+  p=$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f2)
+done
 """
     settings = codex.settings(policy, run_id=RUN, model=None)
     before_cfg = (common / "config").read_bytes()
