@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require
 from saphan import _native
 
 MAX = 4096
@@ -92,8 +93,7 @@ def test_too_long_is_refused(tmp_path: Path) -> None:
 
 
 def test_owned_by_another_uid_is_refused(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to give the file away (the Rust tests cover it without root)")
+    require(os.geteuid() == 0, "root, to give the file away (the Rust tests cover it without)")
     p = _cred(tmp_path)
     os.chown(p, 65534, -1)
     assert _refusal(p) == f"credential file {p} is owned by uid 65534, not by the caller (euid 0)"
