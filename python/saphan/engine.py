@@ -685,6 +685,9 @@ def _check_request_fits(
     s: Slot, m: Machine, command: list[str], request: AgentRequest | None, boundary: str | None
 ) -> None:
     """An agent slot takes a task, never a command line; a command slot the reverse."""
+    loop_flags = [] if request is None else [
+        flag for flag, value in (("--lane", request.lane), ("--max-turns", request.max_turns),
+                                 ("--max-seconds", request.max_seconds)) if value is not None]
     if s.tool in AGENT_TOOLS:
         if command:
             raise UserError(
@@ -700,8 +703,6 @@ def _check_request_fits(
         if s.tool == "codex" and boundary is not None:
             raise UserError("Codex confines itself (the engine's boundary cannot nest around "
                             "its sandbox); drop --boundary for a codex slot")
-        loop_only = {"--lane": request.lane, "--max-turns": request.max_turns,
-                     "--max-seconds": request.max_seconds}
         if s.tool == "loop":
             if request.model is not None:
                 raise UserError("a loop slot runs the model its lane names; drop --model "
@@ -713,14 +714,13 @@ def _check_request_fits(
                                 ("--max-seconds", request.max_seconds)):
                 if value is not None and value < 1:
                     raise UserError(f"{flag} {value} is below 1")
-        elif any(v is not None for v in loop_only.values()):
-            given = ", ".join(k for k, v in loop_only.items() if v is not None)
-            raise UserError(f"{given}: only for loop slots; slot {s.name!r} runs {s.tool}")
+        elif loop_flags:
+            raise UserError(f"{', '.join(loop_flags)}: only for loop slots; slot {s.name!r} "
+                            f"runs {s.tool}")
         return
     if request is not None and (request.prompt is not None or request.prompt_file is not None
                                 or request.model is not None or request.resume is not None
-                                or request.lane is not None or request.max_turns is not None
-                                or request.max_seconds is not None):
+                                or loop_flags):
         raise UserError(f"slot {s.name!r} runs tool {s.tool!r}: --prompt, --prompt-file, "
                         "--model, --resume, --lane and --max-* are for agent slots "
                         "(claude, codex, loop)")

@@ -180,7 +180,7 @@ def read_credential(lane: Lane) -> bytes:
     return secret
 
 
-def read_all(file: Path, active: Lane) -> dict[str, bytes]:
+def read_all(declared: dict[str, Lane], active: Lane) -> dict[str, bytes]:
     """Every declared lane's key whose file exists, each read under custody.
 
     A loop run hides ALL lanes' files, so all of them must be files a path
@@ -189,7 +189,7 @@ def read_all(file: Path, active: Lane) -> dict[str, bytes]:
     only to scrub environments by value (another name for the same key).
     """
     out = {active.name: read_credential(active)}
-    for lane in load(file).values():
+    for lane in declared.values():
         if lane.name not in out and os.path.lexists(lane.credential_file):
             out[lane.name] = read_credential(lane)
     return out
@@ -224,7 +224,11 @@ def remove(file: Path, name: str) -> Lane:
 
 def get(file: Path, name: str | None) -> Lane:
     """The named lane, or the only one when none is named."""
-    lanes = load(file)
+    return choose(load(file), name)
+
+
+def choose(lanes: dict[str, Lane], name: str | None) -> Lane:
+    """The named lane among ``lanes``, or the only one when none is named."""
     if name is None:
         if len(lanes) == 1:
             return next(iter(lanes.values()))

@@ -119,13 +119,13 @@ def _lane(engine: Engine, request: Request) -> tuple[Lane, dict[str, bytes], tup
     from saphan import lanes
 
     file = lanes.path(engine.workspace.home)
-    lane = lanes.get(file, request.lane)
-    keys = lanes.read_all(file, lane)
-    declared = lanes.load(file).values()
+    declared = lanes.load(file)
+    lane = lanes.choose(declared, request.lane)
+    keys = lanes.read_all(declared, lane)
     hidden = (str(file), *dict.fromkeys(
-        os.path.realpath(x.credential_file) for x in declared
+        os.path.realpath(x.credential_file) for x in declared.values()
         if os.path.lexists(x.credential_file)))
-    scrub = tuple(dict.fromkeys(x.credential_env for x in declared))
+    scrub = tuple(dict.fromkeys(x.credential_env for x in declared.values()))
     return lane, keys, hidden, scrub
 
 
