@@ -92,9 +92,10 @@ class LoopAdapter(Adapter):
         return self.hidden
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
-        keys = [k.decode("ascii") for k in (self.secret, *self.scrub_values)]
-        return {name: value for name, value in env.items()
-                if name not in self.scrub_env and not any(k in value for k in keys)}
+        from saphan.loop.agent import scrubbed
+
+        return scrubbed(env, self.scrub_env,
+                        [k.decode("ascii") for k in (self.secret, *self.scrub_values)])
 
     def argv(self, policy: Policy) -> list[str]:
         pc = self.instruction.permission_class

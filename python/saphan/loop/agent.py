@@ -24,7 +24,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -54,8 +54,11 @@ def read_secret(fd: int = 0) -> str:
     return b"".join(chunks).decode("ascii")
 
 
-def scrubbed(env: Mapping[str, str], names: list[str], secret: str) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in names and (not secret or secret not in v)}
+def scrubbed(env: Mapping[str, str], names: Iterable[str], keys: Iterable[str]) -> dict[str, str]:
+    """``env`` without the credential variables: by name, and any variable
+    whose value holds one of ``keys`` (whatever it is called)."""
+    drop, values = set(names), [k for k in keys if k]
+    return {k: v for k, v in env.items() if k not in drop and not any(x in v for x in values)}
 
 
 class Redactor:
@@ -113,7 +116,7 @@ def run(spec: dict[str, Any], secret: str) -> dict[str, Any]:
     deadline = start + float(spec["max_seconds"])
     redact = Redactor(secret)
     transcript = Transcript(spec["transcript"], redact)
-    env = scrubbed(os.environ, list(spec["scrub_env"]), secret)
+    env = scrubbed(os.environ, spec["scrub_env"], [secret])
     allowed = spec.get("allowed_commands")
     box = Toolbox(workdir=spec["workdir"], env=env,
                   allowed=frozenset(allowed) if allowed is not None else None,
@@ -240,7 +243,7 @@ def main(argv: list[str]) -> int:
     with open(argv[0], encoding="utf-8") as f:
         spec = json.load(f)
     # Nothing this process starts inherits a credential variable.
-    kept = scrubbed(os.environ, list(spec["scrub_env"]), secret)
+    kept = scrubbed(os.environ, spec["scrub_env"], [secret])
     for name in set(os.environ) - set(kept):
         del os.environ[name]
     from saphan.lanes import MIN_CREDENTIAL_CHARS
