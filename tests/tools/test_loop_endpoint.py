@@ -376,3 +376,19 @@ def test_a_short_key_pipe_ends_without_contacting_the_model(tmp_path: Path,
     assert result["end"] == "key-channel-broken"
     assert f"held {len(piped)} character(s)" in result["detail"]
     assert requests == 0
+
+
+def test_an_oversized_answer_is_malformed_not_read_whole() -> None:
+    """The client reads at most MAX_ANSWER_BYTES of an answer: a server that
+    sends more (a bug, or an endpoint that is not a model) ends the run as
+    `model-malformed`, not with the loop's memory."""
+    from saphan.loop.client import MAX_ANSWER_BYTES, Client, ModelError
+
+    with ChatCompletionsServer([("raw", "x" * (MAX_ANSWER_BYTES + 10))]) as srv:
+        client = Client(base_url=f"{srv.base_url}/v1", model="m", secret="sk-" + "a" * 20,
+                        timeout=30, retries=2)
+        with pytest.raises(ModelError) as info:
+            client.complete([{"role": "user", "content": "hi"}], [], time.monotonic() + 60)
+    assert info.value.end == "model-malformed"
+    assert f"more than {MAX_ANSWER_BYTES} bytes" in info.value.detail
+    assert info.value.attempts == 1

@@ -10,7 +10,8 @@ further attempts, and never after the run's deadline: no failure hangs a run.
     model-server-error    HTTP 5xx on every attempt
     model-auth-rejected   HTTP 401/403 (not retried: the key is wrong)
     model-request-rejected other HTTP 4xx (not retried)
-    model-malformed       a 2xx answer that is not a chat completion
+    model-malformed       a 2xx answer that is not a chat completion, or any
+                          answer over MAX_ANSWER_BYTES
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ ENDS = ("model-unreachable", "model-timeout", "model-rate-limited", "model-serve
         "model-auth-rejected", "model-request-rejected", "model-malformed")
 
 _RETRY_AFTER_CAP = 10.0
+#: the largest answer the loop reads (a chat completion is far smaller)
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
 
 
 class ModelError(Exception):
@@ -83,7 +86,7 @@ class Client:
                 "Authorization": f"Bearer {self.secret}",
             })
             resp = conn.getresponse()
-            raw = resp.read()
+            raw = resp.read(MAX_ANSWER_BYTES + 1)
         except TimeoutError:
             raise _Retryable("model-timeout",
                              f"{self.base_url} did not answer within {timeout:.0f} s") from None
@@ -94,6 +97,10 @@ class Client:
             conn.close()
         status = resp.status
         text = raw[:300].decode(errors="replace")
+        if len(raw) > MAX_ANSWER_BYTES:
+            raise ModelError("model-malformed",
+                             f"{self.base_url} answered HTTP {status} with more than "
+                             f"{MAX_ANSWER_BYTES} bytes; the loop reads no further", self.attempts)
         if status in (401, 403):
             raise ModelError("model-auth-rejected",
                              f"{self.base_url} answered HTTP {status} (the lane's key was "
