@@ -73,3 +73,37 @@ def test_fast_verbs_never_import_drivers(argv: list[str], tmp_path: Path) -> Non
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          check=True)
     assert out.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_a_loop_run_through_the_api(tmp_path: Path,
+                                    tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Lanes and a loop run from an embedding program: the engine's process
+    is non-dumpable only while the run lasts, and gets its setting back."""
+    from saphan.tools.launch import Request
+    from saphan.transport import local
+    from tools.model_servers import ChatCompletionsServer
+
+    engine = saphan.Engine(home=tmp_path_factory.mktemp("api") / "ws")
+    engine.init()
+    key = tmp_path / "lane.key"
+    key.write_text("sk-api-0123456789abcdef\n")
+    key.chmod(0o600)
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    script = [("calls", [("write_file", {"path": "note.txt", "content": "from the api\n"})]),
+              ("calls", [("finish", {"summary": "done"})])]
+    with ChatCompletionsServer(script) as srv:
+        lane = engine.add_lane("L", base_url=f"{srv.base_url}/v1", model="m",
+                               credential_file=str(key))
+        assert [x.name for x in engine.lanes()] == ["L"] == [x.name for x in engine.check_lanes()]
+        engine.add_machine("here", local=True)
+        engine.add_slot("here", "lp", tool="loop")
+        assert local.set_dumpable(True) is True  # this process starts dumpable
+        record = engine.run("here", "lp", [], workdir=wd, stream=False,
+                            request=Request(prompt="write a note", max_turns=5))
+        assert local.set_dumpable(True) is True  # and is again afterwards
+    assert lane.credential_file == str(key)
+    assert record.outcome == "exited" and record.data["loop"]["summary"] == "done"
+    assert (wd / "note.txt").read_text() == "from the api\n"
+    assert engine.remove_lane("L").name == "L" and engine.lanes() == []
+    engine.close()

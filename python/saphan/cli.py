@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from saphan.engine import Engine
 
 EXIT_FAILED = 1
@@ -518,12 +516,9 @@ def lane() -> None:
 def lane_add(ctx: click.Context, name: str, base_url: str, model: str, credential_file: str,
              credential_env: str, timeout: int) -> None:
     """Declare a lane (its credential file's custody is checked now)."""
-    from saphan import lanes
-
-    engine = _engine(ctx)
-    got = lanes.add(lanes.path(_workspace_home(engine)), lanes.Lane(
-        name=name, base_url=base_url, model=model, credential_file=credential_file,
-        credential_env=credential_env, timeout=timeout))
+    got = _engine(ctx).add_lane(name, base_url=base_url, model=model,
+                                credential_file=credential_file,
+                                credential_env=credential_env, timeout=timeout)
     click.echo(f"added lane {got.name}: {got.model} at {got.base_url} (key file "
                f"{got.credential_file}, custody ok; known as ${got.credential_env})")
 
@@ -533,9 +528,7 @@ def lane_add(ctx: click.Context, name: str, base_url: str, model: str, credentia
 @click.pass_context
 def lane_list(ctx: click.Context, as_json: bool) -> None:
     """List the declared lanes (never their keys)."""
-    from saphan import lanes
-
-    declared = lanes.load(lanes.path(_workspace_home(_engine(ctx)))).values()
+    declared = _engine(ctx).lanes()
     if as_json:
         _emit_json([x.as_dict() for x in declared])
         return
@@ -554,15 +547,8 @@ def lane_check(ctx: click.Context, name: str | None, as_json: bool) -> None:
     Exit 3 (custody-key-unsafe) on the first file that fails; nothing is sent
     to any endpoint.
     """
-    from saphan import lanes
-
-    file = lanes.path(_workspace_home(_engine(ctx)))
-    declared = [lanes.get(file, name)] if name else list(lanes.load(file).values())
-    results = []
-    for x in declared:
-        lanes.read_credential(x)
-        results.append({"lane": x.name, "credential_file": x.credential_file,
-                        "custody": "ok"})
+    results = [{"lane": x.name, "credential_file": x.credential_file, "custody": "ok"}
+               for x in _engine(ctx).check_lanes(name)]
     if as_json:
         _emit_json(results)
         return
@@ -577,15 +563,8 @@ def lane_check(ctx: click.Context, name: str | None, as_json: bool) -> None:
 @click.pass_context
 def lane_remove(ctx: click.Context, name: str) -> None:
     """Remove a lane (its credential file is left where it is)."""
-    from saphan import lanes
-
-    gone = lanes.remove(lanes.path(_workspace_home(_engine(ctx))), name)
+    gone = _engine(ctx).remove_lane(name)
     click.echo(f"removed lane {gone.name} (its key file {gone.credential_file} was not touched)")
-
-
-def _workspace_home(engine: Engine) -> Path:
-    engine.config  # noqa: B018 - a missing workspace is the error `saphan init` fixes
-    return engine.workspace.home
 
 
 @cli.group()

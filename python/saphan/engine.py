@@ -34,6 +34,7 @@ from saphan.timefmt import now_iso
 from saphan.tools import AGENT_TOOLS, DISPATCHABLE, TOOLS
 
 if TYPE_CHECKING:
+    from saphan import lanes as lanes_mod
     from saphan import liveness, worktrees
     from saphan.tools.launch import Request as AgentRequest
     from saphan.transport.ssh import SSHConnection
@@ -453,6 +454,45 @@ class Engine:
                 }
             )
         return out
+
+    # -- lanes (the built-in loop's model endpoints; saphan.lanes) ---------------
+    @property
+    def lanes_path(self) -> Path:
+        self.config  # noqa: B018 - a missing workspace is the error `saphan init` fixes
+        from saphan import lanes
+
+        return lanes.path(self.workspace.home)
+
+    def add_lane(
+        self, name: str, *, base_url: str, model: str, credential_file: str,
+        credential_env: str = "OPENAI_API_KEY", timeout: int = 120,
+    ) -> lanes_mod.Lane:
+        """Declare a lane; its credential file's custody is checked now."""
+        from saphan import lanes
+
+        return lanes.add(self.lanes_path, lanes.Lane(
+            name=name, base_url=base_url, model=model, credential_file=credential_file,
+            credential_env=credential_env, timeout=timeout))
+
+    def lanes(self) -> list[lanes_mod.Lane]:
+        from saphan import lanes
+
+        return list(lanes.load(self.lanes_path).values())
+
+    def check_lanes(self, name: str | None = None) -> list[lanes_mod.Lane]:
+        """Re-check the custody of every lane's credential file (or one lane's);
+        raises the first :class:`Refusal`. Nothing is sent to any endpoint."""
+        from saphan import lanes
+
+        chosen = [lanes.get(self.lanes_path, name)] if name else self.lanes()
+        for lane in chosen:
+            lanes.read_credential(lane)
+        return chosen
+
+    def remove_lane(self, name: str) -> lanes_mod.Lane:
+        from saphan import lanes
+
+        return lanes.remove(self.lanes_path, name)
 
     # -- runs ------------------------------------------------------------------
     def runs(self, limit: int = 50) -> list[RunRecord]:

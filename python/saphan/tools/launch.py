@@ -118,7 +118,7 @@ def _lane(engine: Engine, request: Request) -> tuple[Lane, dict[str, bytes], tup
     lanes file), and every lane's credential variable (scrubbed by name)."""
     from saphan import lanes
 
-    file = lanes.path(engine.workspace.home)
+    file = engine.lanes_path
     declared = lanes.load(file)
     lane = lanes.choose(declared, request.lane)
     keys = lanes.read_all(declared, lane)
