@@ -73,6 +73,13 @@ def read_lanes_file(path: str, max_len: int) -> bytes:
     (messages name a "lanes file"): whoever could rewrite it could send a
     lane's key to their own endpoint."""
 
+def set_parent_death_signal(sig: int) -> None:
+    """``prctl(PR_SET_PDEATHSIG, sig)`` on the calling process (between fork
+    and exec: the child gets ``sig`` when its parent dies)."""
+
+def set_dumpable(on: bool) -> bool:
+    """Sets the calling process's dumpable flag; returns the previous setting."""
+
 def parse_policy(json: str) -> str:
     """Parses a launcher policy with saphan-launcher's own parser and returns
     its canonical JSON. Raises ValueError with the parser's message (which

@@ -46,12 +46,12 @@ def _die_with_saphan() -> None:
 
     Without this a SIGKILLed saphan would leave its boundary process running,
     outliving the record that describes it. bubblewrap's own --die-with-parent
-    then takes the jailed command down with it.
+    then takes the jailed command down with it. (rust/core's prctl wrapper;
+    the native module is loaded before the fork, so the child imports nothing.)
     """
-    import ctypes
+    from saphan import _native
 
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    _native.set_parent_death_signal(signal.SIGKILL)
 
 
 def set_dumpable(on: bool) -> bool:
@@ -64,14 +64,9 @@ def set_dumpable(on: bool) -> bool:
     """
     if sys.platform != "linux":
         return True
-    import ctypes
+    from saphan import _native
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_get_dumpable, pr_set_dumpable = 3, 4
-    previous = bool(libc.prctl(pr_get_dumpable, 0, 0, 0, 0) == 1)
-    if libc.prctl(pr_set_dumpable, 1 if on else 0, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE) failed")
-    return previous
+    return _native.set_dumpable(on)
 
 
 @contextmanager
@@ -108,6 +103,8 @@ def run(
     out_path = os.path.join(run_dir, "stdout.log")
     err_path = os.path.join(run_dir, "stderr.log")
     got: list[int] = []
+    if sys.platform == "linux":
+        from saphan import _native  # noqa: F401 - loaded here, used by the child before exec
     with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f, \
             _stdin(stdin_path, stdin_bytes) as in_f:
         proc = subprocess.Popen(

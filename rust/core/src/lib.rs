@@ -5,7 +5,8 @@
 //! * [`landlock`] — ABI measurement and the write boundary;
 //! * [`policy`] — the one JSON value the engine sends to the launcher;
 //! * [`digest`] — streaming SHA-256;
-//! * [`custody`] — the four custody clauses and key-file custody.
+//! * [`custody`] — the four custody clauses and key-file custody;
+//! * [`process`] — the dumpable flag and the parent-death signal.
 //!
 //! `unsafe` is confined to the private `sys` module (raw syscalls); every
 //! other module carries `#![forbid(unsafe_code)]`.
@@ -15,6 +16,12 @@ pub mod digest;
 pub mod landlock;
 pub mod policy;
 mod sys;
+
+/// Process attributes the engine sets on itself and on a child between fork
+/// and exec: the safe face of the `prctl` wrappers in `sys`.
+pub mod process {
+    pub use crate::sys::{set_dumpable, set_parent_death_signal};
+}
 
 use std::fmt;
 use std::io;

@@ -99,3 +99,60 @@ pub fn kernel_release() -> io::Result<String> {
         .collect();
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
+
+/// `prctl(PR_SET_PDEATHSIG, sig)`: the kernel sends `sig` to this process
+/// when its parent thread exits (set in a child between fork and exec, so a
+/// killed engine takes its boundary process with it).
+pub fn set_parent_death_signal(sig: i32) -> io::Result<()> {
+    let sig =
+        libc::c_ulong::try_from(sig).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: PR_SET_PDEATHSIG takes one integer argument (the signal) and
+    // reads or writes no memory of ours; the trailing arguments are unused.
+    let ret = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig, 0, 0, 0) };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sets this process's dumpable flag; returns the previous setting.
+///
+/// Not dumpable, `/proc/<pid>/{environ,mem,root}` and ptrace are closed to
+/// every same-user process without CAP_SYS_PTRACE.
+pub fn set_dumpable(on: bool) -> io::Result<bool> {
+    // SAFETY: PR_GET_DUMPABLE takes no argument and returns an integer; no
+    // memory is passed to or written by the kernel.
+    let previous = unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) };
+    if previous < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: PR_SET_DUMPABLE takes one integer (0 or 1) and touches no
+    // memory of ours.
+    let ret = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, libc::c_ulong::from(on), 0, 0, 0) };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(previous == 1)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dumpable_is_reported_and_restored() {
+        let was = set_dumpable(false).unwrap();
+        assert!(!set_dumpable(false).unwrap());
+        assert!(!set_dumpable(was).unwrap());
+        assert_eq!(set_dumpable(was).unwrap(), was);
+    }
+
+    #[test]
+    fn parent_death_signal_rejects_a_negative_signal() {
+        assert_eq!(
+            set_parent_death_signal(-1).unwrap_err().raw_os_error(),
+            Some(libc::EINVAL)
+        );
+    }
+}

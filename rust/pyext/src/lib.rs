@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use saphan_core::custody::{self, Caller};
-use saphan_core::{digest, landlock, policy};
+use saphan_core::{digest, landlock, policy, process};
 
 pub use error::KeyCustodyError;
 use error::NativeError;
@@ -105,6 +105,19 @@ fn read_lanes_file(
     Ok(PyBytes::new(py, &bytes))
 }
 
+/// `prctl(PR_SET_PDEATHSIG, sig)` on the calling process (used between fork
+/// and exec: the child is killed with `sig` when its parent dies).
+#[pyfunction]
+fn set_parent_death_signal(sig: i32) -> PyResult<()> {
+    process::set_parent_death_signal(sig).map_err(PyErr::from)
+}
+
+/// Sets the calling process's dumpable flag; returns the previous setting.
+#[pyfunction]
+fn set_dumpable(on: bool) -> PyResult<bool> {
+    process::set_dumpable(on).map_err(PyErr::from)
+}
+
 /// Parses a launcher policy with the launcher's own parser and returns its
 /// canonical JSON; raises ValueError with the parser's message.
 #[pyfunction]
@@ -130,6 +143,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_key_file, m)?)?;
     m.add_function(wrap_pyfunction!(read_secret_file, m)?)?;
     m.add_function(wrap_pyfunction!(read_lanes_file, m)?)?;
+    m.add_function(wrap_pyfunction!(set_parent_death_signal, m)?)?;
+    m.add_function(wrap_pyfunction!(set_dumpable, m)?)?;
     m.add_function(wrap_pyfunction!(parse_policy, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     Ok(())
