@@ -57,3 +57,18 @@ def test_set_dumpable_reports_and_restores() -> None:
     finally:
         assert local.set_dumpable(True) is False
     assert local.set_dumpable(True) is True
+
+
+def test_runs_from_a_worker_thread(tmp_path: Path) -> None:
+    """An embedding program may run from a worker thread, where signal
+    handlers cannot be set: nothing is installed there, and the run works."""
+    import threading
+
+    got: list[local.Finished] = []
+    t = threading.Thread(target=lambda: got.append(local.run(
+        ["sh", "-c", "echo from a thread"], cwd=str(tmp_path), run_dir=str(tmp_path),
+        stream=False)))
+    t.start()
+    t.join(30)
+    assert got and got[0].exit_code == 0
+    assert Path(got[0].stdout_path).read_text() == "from a thread\n"

@@ -14,10 +14,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from typing import IO
+
+from saphan.transport.streams import catching, tee
 
 
 class Interrupted(Exception):
@@ -69,19 +70,13 @@ def set_dumpable(on: bool) -> bool:
     return _native.set_dumpable(on)
 
 
-@contextmanager
-def _forward_signals(proc: subprocess.Popen[bytes], got: list[int]) -> Iterator[None]:
+def _forward_signals(proc: subprocess.Popen[bytes], got: list[int]) -> AbstractContextManager[None]:
     def handler(signum: int, _frame: object) -> None:
         got.append(signum)
         with suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+    return catching(handler)
 
 
 def run(
@@ -173,11 +168,6 @@ def _pump(sinks: dict[int, tuple[IO[bytes], IO[bytes] | None]],
                 sel.unregister(fd)
                 open_fds.discard(fd)
                 continue
-            log, term = sinks[fd]
-            log.write(chunk)
-            log.flush()
-            if term is not None:
-                term.write(chunk)
-                term.flush()
+            tee(*sinks[fd], chunk)
     sel.close()
     return killed

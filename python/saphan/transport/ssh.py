@@ -26,19 +26,18 @@ import hashlib
 import os
 import select
 import shlex
-import signal
 import socket
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from saphan.errors import TransportError
 from saphan.store.rows import Machine
 from saphan.transport.local import Finished, Interrupted
+from saphan.transport.streams import catching, tee
 
 if TYPE_CHECKING:
     import paramiko
@@ -369,7 +368,7 @@ class SSHConnection:
                         if not chunk:
                             break
                         moved = True
-                        _write(out_f, term_out, chunk)
+                        tee(out_f, term_out, chunk)
                     while chan.recv_stderr_ready():
                         chunk = chan.recv_stderr(65536)
                         if not chunk:
@@ -422,16 +421,7 @@ def _drain(chan: Any, out: list[bytes], err: list[bytes]) -> None:
         err.append(chunk)
 
 
-def _write(log: IO[bytes], term: IO[bytes] | None, chunk: bytes) -> None:
-    log.write(chunk)
-    log.flush()
-    if term is not None:
-        term.write(chunk)
-        term.flush()
-
-
-@contextmanager
-def _note_signals(got: list[int]) -> Iterator[None]:
+def _note_signals(got: list[int]) -> AbstractContextManager[None]:
     """SIGINT/SIGTERM are noted; the streaming loop then closes the channel's
     stdin. The far script sees EOF on its lifeline and hangs up the far
     process (SIGHUP); its exit status still comes back, so the run is
@@ -440,15 +430,7 @@ def _note_signals(got: list[int]) -> Iterator[None]:
     def handler(signum: int, _frame: object) -> None:
         got.append(signum)
 
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can only be set from the main thread
-        return
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+    return catching(handler)
 
 
 def _reject_unpinned() -> Any:

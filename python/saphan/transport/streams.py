@@ -1,0 +1,40 @@
+"""What both transports share while a run's child is going: its output copied
+to the run's log (and the terminal), and SIGINT/SIGTERM caught, not fatal.
+
+Each transport decides what a caught signal means (transport/local.py
+forwards SIGTERM to the child; transport/ssh.py closes the far lifeline).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import IO
+
+
+def tee(log: IO[bytes], term: IO[bytes] | None, chunk: bytes) -> None:
+    """One chunk of output to the run's log, and to the terminal when streaming."""
+    log.write(chunk)
+    log.flush()
+    if term is not None:
+        term.write(chunk)
+        term.flush()
+
+
+@contextmanager
+def catching(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM go to ``handler`` while the block runs; the previous
+    handlers come back afterwards. Handlers can be set only from the main
+    thread: called from any other (an embedding program's worker), nothing is
+    installed and the process keeps its own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
