@@ -20,13 +20,13 @@ Authorization header on every request.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from loop_routes import files_under, link_and_outside_turns
 from model_servers import ChatCompletionsServer
 
 from conftest import Saphan
@@ -100,12 +100,6 @@ def _calls_in_order(srv: ChatCompletionsServer) -> list[tuple[str, dict[str, Any
     return out
 
 
-def _files_under(*roots: Path) -> list[Path]:
-    """Regular files (a symbolic link the model made names a file outside)."""
-    return [p for root in roots for d, _, fs in os.walk(root)
-            for p in (Path(d) / f for f in fs) if not p.is_symlink()]
-
-
 @pytest.mark.slow
 @pytest.mark.usefixtures("bwrap_available")
 @pytest.mark.parametrize("boundary", ["bubblewrap", "landlock"])
@@ -141,14 +135,7 @@ def test_no_measured_route_reveals_a_lane_credential(
                    ("write_file", {"path": "memory.py", "content": MEMORY_PY}),
                    ("run_command", {"argv": [sys.executable, "memory.py", partial],
                                     "timeout": 60})]),
-        ("calls", [("run_command", {"argv": ["ln", str(active_key), "link.key"]}),
-                   ("read_file", {"path": "link.key"}),
-                   ("run_command", {"argv": ["ln", "-s", str(active_key), "sym.key"]}),
-                   ("read_file", {"path": "sym.key"}),
-                   ("run_command", {"argv": ["cat", "sym.key"]})]),
-        ("calls", [("write_file", {"path": str(outside), "content": "overwritten\n"}),
-                   ("run_command", {"argv": ["sh", "-c", f"echo x > {outside}"]}),
-                   ("write_file", {"path": "inside.txt", "content": "made inside\n"})]),
+        *link_and_outside_turns(active_key, outside),
         ("calls", [("finish", {"summary": "looked everywhere"})]),
     ]
     with ChatCompletionsServer(script) as srv:
@@ -235,7 +222,7 @@ def test_no_measured_route_reveals_a_lane_credential(
         needle = value.encode()
         assert all(needle not in b for b in bodies)
         assert needle not in r.out.encode() and needle not in r.err.encode()
-        for f in _files_under(run_dir, wd, s.home):
+        for f in files_under(run_dir, wd, s.home):
             assert needle not in f.read_bytes(), f
     transcript = Path(rec["loop"]["transcript"]).read_text()
     assert "ancestors.sh" in transcript and partial in transcript  # it is the real transcript

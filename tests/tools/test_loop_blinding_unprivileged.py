@@ -46,6 +46,7 @@ from typing import Any
 
 import click
 import pytest
+from loop_routes import files_under, link_and_outside_turns
 from model_servers import ChatCompletionsServer
 
 import saphan
@@ -341,11 +342,6 @@ def _lines(text: str, route: str, pid: int) -> list[str]:
     return [line for line in text.splitlines() if line.startswith(f"{route} {pid} ")]
 
 
-def _files_under(*roots: Path) -> list[Path]:
-    return [p for root in roots for d, _, fs in os.walk(root)
-            for p in (Path(d) / f for f in fs) if not p.is_symlink()]
-
-
 @pytest.mark.slow
 def test_unprivileged_operator_no_route_reveals_a_lane_credential(account: Account) -> None:
     a = account
@@ -403,14 +399,7 @@ def test_unprivileged_operator_no_route_reveals_a_lane_credential(account: Accou
                        ("write_file", {"path": "nsmount.py", "content": NSMOUNT_PY}),
                        ("run_command", {"argv": nsmount_argv, "timeout": 60}),
                        ("run_command", {"argv": ["ls", "-l", "/proc/self/fd/"]})]),
-            ("calls", [("run_command", {"argv": ["ln", str(active_key), "link.key"]}),
-                       ("read_file", {"path": "link.key"}),
-                       ("run_command", {"argv": ["ln", "-s", str(active_key), "sym.key"]}),
-                       ("read_file", {"path": "sym.key"}),
-                       ("run_command", {"argv": ["cat", "sym.key"]})]),
-            ("calls", [("write_file", {"path": str(outside), "content": "overwritten\n"}),
-                       ("run_command", {"argv": ["sh", "-c", f"echo x > {outside}"]}),
-                       ("write_file", {"path": "inside.txt", "content": "made inside\n"})]),
+            *link_and_outside_turns(active_key, outside),
             ("calls", [("finish", {"summary": "looked everywhere"})]),
         ]
         with ChatCompletionsServer(script) as srv:
@@ -512,7 +501,7 @@ def test_unprivileged_operator_no_route_reveals_a_lane_credential(account: Accou
         needle = value.encode()
         assert all(needle not in b for b in bodies)
         assert needle not in r.stdout.encode() and needle not in r.stderr.encode()
-        for f in _files_under(ws, wd):
+        for f in files_under(ws, wd):
             assert needle not in f.read_bytes(), f
     transcript = Path(rec["loop"]["transcript"]).read_text()
     assert "routes.py" in transcript and partial in transcript  # it is the real transcript
