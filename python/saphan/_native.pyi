@@ -85,5 +85,13 @@ def parse_policy(json: str) -> str:
     its canonical JSON. Raises ValueError with the parser's message (which
     names the offending field or key)."""
 
+def check_grant_dir(path: str) -> str | None:
+    """``None`` when ``path`` may be granted as a writable directory: absolute,
+    normalised, and walked from ``/`` one component at a time without
+    following any symbolic link, a real directory at every step. Otherwise
+    the message naming the offending component and what it is (a symbolic
+    link and its target, a regular file, missing, ...): the same text
+    saphan-launcher refuses the same layout with."""
+
 def version() -> str:
     """The Rust workspace version (the launcher's too)."""

@@ -9,20 +9,30 @@
 //!   reports more is still confined with exactly these rights (each newer ABI
 //!   keeps every older right), and the engine does not believe a *recorded*
 //!   level above it (`landlock-level-unknown`).
+//!
+//! From ABI 6 the domain is also *scoped*: a process inside can neither
+//! signal a process outside it nor connect to an abstract unix socket
+//! created outside it (see [`apply_domain`]).
 #![forbid(unsafe_code)]
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use ::landlock::{
     Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, ABI,
+    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
+use crate::grant::{self, GrantError};
 use crate::sys;
+
+/// The lowest ABI with scoping (`LANDLOCK_SCOPE_SIGNAL`,
+/// `LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET`).
+pub const SCOPES_FROM: u32 = 6;
 
 /// The lowest ABI saphan will confine with: ABI 3 added `LANDLOCK_ACCESS_FS_TRUNCATE`.
 pub const FLOOR: u32 = 3;
@@ -134,12 +144,12 @@ pub enum LandlockError {
     BelowFloor { measured: u32 },
     /// A writable path could not be opened to build its rule.
     PathOpen { path: PathBuf, source: io::Error },
+    /// A writable directory fails the grant rule (`grant::check_grant_dir`):
+    /// a symbolic link, a non-directory or a missing component on its path.
+    Grant(GrantError),
     /// A writable path is not the real path of what it names (a symlink on
     /// the way): rules are built on real paths only.
     NotCanonical { path: PathBuf, resolved: PathBuf },
-    /// A writable path names something that is neither a directory nor a
-    /// file a rule can be attached to (e.g. a symlink, socket or FIFO).
-    UnsupportedFileType { path: PathBuf, kind: &'static str },
     /// The `landlock` crate or the kernel refused a step.
     Ruleset(String),
     /// The kernel applied less than what was requested.
@@ -154,9 +164,8 @@ impl LandlockError {
         match self {
             LandlockError::Incapable(_) => "landlock-incapable",
             LandlockError::BelowFloor { .. } => "landlock-below-floor",
-            LandlockError::PathOpen { .. }
-            | LandlockError::NotCanonical { .. }
-            | LandlockError::UnsupportedFileType { .. } => "policy-invalid",
+            LandlockError::Grant(e) => e.refusal_class(),
+            LandlockError::PathOpen { .. } | LandlockError::NotCanonical { .. } => "policy-invalid",
             LandlockError::Ruleset(_)
             | LandlockError::NotFullyEnforced { .. }
             | LandlockError::NoNewPrivs => "confinement-unavailable",
@@ -173,14 +182,12 @@ impl LandlockError {
                 "create {} on this machine before the run, or leave it out of `writable`",
                 path.display()
             ),
+            LandlockError::Grant(e) => e.describe().1,
             LandlockError::NotCanonical { resolved, .. } => format!(
                 "name the real path {} in `writable` (the engine resolves symbolic links \
                  before building a policy)",
                 resolved.display()
             ),
-            LandlockError::UnsupportedFileType { .. } => {
-                "grant directories (or regular/device files) only".to_owned()
-            }
             LandlockError::Ruleset(_)
             | LandlockError::NotFullyEnforced { .. }
             | LandlockError::NoNewPrivs => "re-probe this machine (saphan machine \
@@ -202,6 +209,7 @@ impl fmt::Display for LandlockError {
                 f,
                 "this kernel measures landlock abi={measured}, the floor is {FLOOR}"
             ),
+            LandlockError::Grant(e) => e.fmt(f),
             LandlockError::PathOpen { path, source } => {
                 write!(
                     f,
@@ -214,11 +222,6 @@ impl fmt::Display for LandlockError {
                 "writable path {} resolves to {}; rules are built on real paths only",
                 path.display(),
                 resolved.display()
-            ),
-            LandlockError::UnsupportedFileType { path, kind } => write!(
-                f,
-                "writable path {} is a {kind}; a rule needs a directory or a file",
-                path.display()
             ),
             LandlockError::Ruleset(msg) => write!(f, "landlock ruleset refused: {msg}"),
             LandlockError::NotFullyEnforced { status } => write!(
@@ -235,6 +238,7 @@ impl std::error::Error for LandlockError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             LandlockError::PathOpen { source, .. } => Some(source),
+            LandlockError::Grant(e) => Some(e),
             _ => None,
         }
     }
@@ -294,6 +298,25 @@ pub struct Enforced {
     pub live: u32,
     /// The writable paths, in policy order.
     pub writable: Vec<PathBuf>,
+    /// The scopes the kernel applied, in the order of [`SCOPE_NAMES`]
+    /// (empty below ABI [`SCOPES_FROM`]).
+    pub scopes: Vec<&'static str>,
+}
+
+/// The scopes saphan requests, with the names the confirmation line uses.
+pub const SCOPE_NAMES: [(Scope, &str); 2] = [
+    (Scope::Signal, "signal"),
+    (Scope::AbstractUnixSocket, "abstract-unix-socket"),
+];
+
+/// The scopes to request at a handled level: both from ABI
+/// [`SCOPES_FROM`], none below (where the kernel has no scoping at all).
+pub fn scopes_at(level: u32) -> Vec<(Scope, &'static str)> {
+    if level >= SCOPES_FROM {
+        SCOPE_NAMES.to_vec()
+    } else {
+        Vec::new()
+    }
 }
 
 /// Decides which ABI to handle for a live probe, or refuses. Pure.
@@ -311,69 +334,48 @@ pub fn level_to_handle(probe: AbiProbe) -> Result<u32, LandlockError> {
     }
 }
 
-fn file_kind(ft: std::fs::FileType) -> &'static str {
-    if ft.is_dir() {
-        "directory"
-    } else if ft.is_file() {
-        "regular file"
-    } else if ft.is_symlink() {
-        "symbolic link"
-    } else if ft.is_char_device() {
-        "character device"
-    } else if ft.is_block_device() {
-        "block device"
-    } else if ft.is_fifo() {
-        "FIFO"
-    } else if ft.is_socket() {
-        "socket"
-    } else {
-        "file of unknown type"
-    }
-}
-
 /// Opens one writable path for its rule and decides the rights it gets.
 ///
-/// The descriptor is opened `O_PATH | O_NOFOLLOW`, so a final component that
-/// is a symlink yields the link itself (refused below) rather than its
-/// target; `canonicalize` covers the components before it.
+/// The path is first opened `O_PATH | O_NOFOLLOW`, which tells a directory
+/// from a file without following a final link:
+/// * a regular or device file (e.g. `/dev/null`) gets the file subset, and
+///   must be its own real path (`canonicalize` covers the components before
+///   it);
+/// * everything else — a directory, a symbolic link, a FIFO or socket, a
+///   missing or unreachable path — goes through the grant rule
+///   ([`grant::open_grant_dir`]): walked from `/` with no link anywhere, and
+///   the rule is built on the descriptor that walk ends on, so the rule
+///   names the directory that was checked (and the refusal is the one
+///   `check_grant_dir` gives the other lane, word for word).
 fn open_writable(
     path: &Path,
     rights: &Rights,
 ) -> Result<(File, BitFlags<AccessFs>), LandlockError> {
-    let fd = OpenOptions::new()
+    let first = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
-        .map_err(|source| LandlockError::PathOpen {
-            path: path.to_owned(),
-            source,
-        })?;
-    let meta = fd.metadata().map_err(|source| LandlockError::PathOpen {
-        path: path.to_owned(),
-        source,
-    })?;
-    let ft = meta.file_type();
-    let access = if ft.is_dir() {
-        rights.handled
-    } else if ft.is_file() || ft.is_char_device() || ft.is_block_device() {
-        rights.file
-    } else {
-        return Err(LandlockError::UnsupportedFileType {
-            path: path.to_owned(),
-            kind: file_kind(ft),
-        });
-    };
-    let resolved = std::fs::canonicalize(path).map_err(|source| LandlockError::PathOpen {
-        path: path.to_owned(),
-        source,
-    })?;
-    if resolved != path {
-        return Err(LandlockError::NotCanonical {
-            path: path.to_owned(),
-            resolved,
-        });
+        .and_then(|fd| fd.metadata().map(|meta| (fd, meta.file_type())));
+    match first {
+        Ok((fd, ft)) if ft.is_file() || ft.is_char_device() || ft.is_block_device() => {
+            let resolved =
+                std::fs::canonicalize(path).map_err(|source| LandlockError::PathOpen {
+                    path: path.to_owned(),
+                    source,
+                })?;
+            if resolved != path {
+                return Err(LandlockError::NotCanonical {
+                    path: path.to_owned(),
+                    resolved,
+                });
+            }
+            Ok((fd, rights.file))
+        }
+        _ => {
+            let fd = grant::open_grant_dir(path).map_err(LandlockError::Grant)?;
+            Ok((File::from(fd), rights.handled))
+        }
     }
-    Ok((fd, access))
 }
 
 /// Applies saphan's write boundary to the calling thread (and everything it
@@ -383,7 +385,8 @@ fn open_writable(
 /// Order of the rules, and why it is safe: the ruleset *handles* every
 /// filesystem right of the ABI (so each is denied unless granted); `/` is
 /// granted read+execute only; each writable path is granted every right (a
-/// file gets the file subset). Landlock grants are a union over the path's
+/// file gets the file subset); a writable directory is granted only when
+/// its path passes the grant rule (no symbolic link anywhere on it). Landlock grants are a union over the path's
 /// ancestors, so no rule can take a right away — which is why reads cannot be
 /// carved out and why nothing but the writable list can widen writes.
 ///
@@ -392,6 +395,14 @@ fn open_writable(
 /// `CompatLevel::HardRequirement` (any right the kernel lacks is an error, not
 /// a silent downgrade), and anything but `RulesetStatus::FullyEnforced` with
 /// no_new_privs set is an error. The caller must then not run the agent.
+///
+/// Scoping: at a handled level of [`SCOPES_FROM`] or above the ruleset also
+/// scopes signals and abstract unix sockets (as a hard requirement, like
+/// the rest), so a process in the domain can signal only processes in the
+/// same domain or one nested in it, and connect only to abstract sockets
+/// created there. A launcher that applies the domain to itself before it
+/// forks keeps the right to signal (and kill) everything its command starts.
+/// [`Enforced::scopes`] lists what was applied.
 pub fn apply_domain(writable: &[PathBuf]) -> Result<Enforced, LandlockError> {
     let probe = AbiProbe::detect();
     let level = level_to_handle(probe)?;
@@ -413,9 +424,14 @@ pub fn apply_domain(writable: &[PathBuf]) -> Result<Enforced, LandlockError> {
             source,
         })?;
 
-    let mut created = Ruleset::default()
+    let scopes = scopes_at(level);
+    let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(rights.handled)?
+        .handle_access(rights.handled)?;
+    for (scope, _) in &scopes {
+        ruleset = ruleset.scope(*scope)?;
+    }
+    let mut created = ruleset
         .create()?
         .no_new_privs(true)
         .add_rule(PathBeneath::new(root, rights.read))?;
@@ -435,10 +451,42 @@ pub fn apply_domain(writable: &[PathBuf]) -> Result<Enforced, LandlockError> {
         abi: level,
         live: probe.level(),
         writable: writable.to_vec(),
+        scopes: scopes.iter().map(|(_, name)| *name).collect(),
     })
 }
 
-/// The one confirmation line the launcher prints after applying the domain.
+/// A scope-only ruleset (no filesystem right handled) with the scopes of
+/// `enforced`, for the command a supervisor starts inside its own domain;
+/// `None` when no scope was applied (ABI < [`SCOPES_FROM`]).
+///
+/// Why a second, nested domain: Landlock scoping lets a process signal the
+/// processes of its own domain and of domains nested in it. A supervisor
+/// that shares its domain with its command could be stopped or killed by
+/// that command (and could then no longer kill what the command left
+/// behind). With the command one level down, the supervisor can still
+/// signal and kill everything the command starts, and the command cannot
+/// signal the supervisor — nor anything else outside.
+pub fn nested_scope_ruleset(enforced: &Enforced) -> Result<Option<OwnedFd>, LandlockError> {
+    let scopes: Vec<Scope> = SCOPE_NAMES
+        .iter()
+        .filter(|(_, name)| enforced.scopes.contains(name))
+        .map(|(scope, _)| *scope)
+        .collect();
+    if scopes.is_empty() {
+        return Ok(None);
+    }
+    let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::HardRequirement);
+    for scope in scopes {
+        ruleset = ruleset.scope(scope)?;
+    }
+    let fd: Option<OwnedFd> = ruleset.create()?.into();
+    fd.map(Some).ok_or_else(|| {
+        LandlockError::Ruleset("the scope-only ruleset has no descriptor".to_owned())
+    })
+}
+
+/// The one confirmation line the launcher prints after applying the domain:
+/// `saphan-launcher: landlock abi=N enforced writable=[a,b] scopes=[…]`.
 pub fn confirmation_line(enforced: &Enforced) -> String {
     let list: Vec<String> = enforced
         .writable
@@ -446,9 +494,10 @@ pub fn confirmation_line(enforced: &Enforced) -> String {
         .map(|p| p.display().to_string())
         .collect();
     format!(
-        "saphan-launcher: landlock abi={} enforced writable=[{}]",
+        "saphan-launcher: landlock abi={} enforced writable=[{}] scopes=[{}]",
         enforced.abi,
-        list.join(",")
+        list.join(","),
+        enforced.scopes.join(",")
     )
 }
 
@@ -569,10 +618,22 @@ mod tests {
             abi: 7,
             live: 7,
             writable: vec![PathBuf::from("/a"), PathBuf::from("/b")],
+            scopes: scopes_at(7).iter().map(|(_, n)| *n).collect(),
         };
         assert_eq!(
             confirmation_line(&e),
-            "saphan-launcher: landlock abi=7 enforced writable=[/a,/b]"
+            "saphan-launcher: landlock abi=7 enforced writable=[/a,/b] \
+             scopes=[signal,abstract-unix-socket]"
+        );
+        let e = Enforced {
+            abi: 5,
+            live: 5,
+            writable: vec![PathBuf::from("/a")],
+            scopes: scopes_at(5).iter().map(|(_, n)| *n).collect(),
+        };
+        assert_eq!(
+            confirmation_line(&e),
+            "saphan-launcher: landlock abi=5 enforced writable=[/a] scopes=[]"
         );
     }
 
@@ -619,6 +680,12 @@ mod tests {
         println!("@@ append_outside {}", errno_of(append_outside));
         let read_outside = std::fs::read(outside.join("keep.txt")).map(|_| ());
         println!("@@ read_outside {}", errno_of(read_outside));
+        // The test runner that started this child is outside the domain.
+        let parent = std::os::unix::process::parent_id();
+        let signal_outside = sys::send_signal(i32::try_from(parent).unwrap(), 0);
+        println!("@@ signal_outside {}", errno_of(signal_outside));
+        let me = i32::try_from(std::process::id()).unwrap();
+        println!("@@ signal_self {}", errno_of(sys::send_signal(me, 0)));
     }
 
     #[test]
@@ -661,6 +728,14 @@ mod tests {
         assert_eq!(line("truncate_outside"), eacces);
         assert_eq!(line("append_outside"), eacces);
         assert_eq!(line("read_outside"), "ok");
+        assert_eq!(line("signal_self"), "ok");
+        if AbiProbe::detect().level() >= SCOPES_FROM {
+            assert_eq!(line("signal_outside"), format!("errno={}", libc::EPERM));
+            assert!(line("ENFORCED").ends_with(" scopes=[signal,abstract-unix-socket]"));
+        } else {
+            assert_eq!(line("signal_outside"), "ok");
+            assert!(line("ENFORCED").ends_with(" scopes=[]"));
+        }
 
         assert_eq!(
             std::fs::read(base.join("inside/new.txt")).unwrap(),
@@ -677,37 +752,92 @@ mod tests {
     }
 
     #[test]
-    fn open_writable_refuses_symlinks_and_missing_paths() {
+    fn open_writable_applies_the_grant_rule_to_directories() {
         let tmp = tempfile::tempdir().unwrap();
         let base = std::fs::canonicalize(tmp.path()).unwrap();
         let rights = Rights::at(FLOOR).unwrap();
         std::fs::create_dir(base.join("real")).unwrap();
         std::os::unix::fs::symlink(base.join("real"), base.join("link")).unwrap();
 
+        // A link as the last component: named, with its target.
         let err = open_writable(&base.join("link"), &rights).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                LandlockError::UnsupportedFileType {
-                    kind: "symbolic link",
-                    ..
-                }
-            ),
-            "{err}"
+        match &err {
+            LandlockError::Grant(GrantError::Symlink { component, .. }) => {
+                assert_eq!(component, &base.join("link"));
+            }
+            other => panic!("expected a grant error, got {other:?}"),
+        }
+        assert_eq!(err.refusal_class(), "workdir-unsafe");
+        assert_eq!(
+            err.to_string(),
+            grant::check_grant_dir(&base.join("link"))
+                .unwrap_err()
+                .to_string()
         );
+
+        // A link in the middle, to a real directory.
         std::fs::create_dir(base.join("real/sub")).unwrap();
         let err = open_writable(&base.join("link/sub"), &rights).unwrap_err();
-        assert!(matches!(err, LandlockError::NotCanonical { .. }), "{err}");
+        assert!(
+            matches!(err, LandlockError::Grant(GrantError::Symlink { .. })),
+            "{err}"
+        );
+        // A relative link in the middle that points back up.
+        std::fs::create_dir_all(base.join("repo/.git")).unwrap();
+        std::os::unix::fs::symlink("../..", base.join("repo/.git/refs")).unwrap();
+        let err = open_writable(&base.join("repo/.git/refs/heads"), &rights).unwrap_err();
+        assert!(err.to_string().contains("(-> ../..)"), "{err}");
+
         let err = open_writable(&base.join("missing"), &rights).unwrap_err();
-        assert!(matches!(err, LandlockError::PathOpen { .. }), "{err}");
+        assert!(
+            matches!(err, LandlockError::Grant(GrantError::Missing { .. })),
+            "{err}"
+        );
         assert_eq!(err.refusal_class(), "policy-invalid");
 
-        let (_, access) = open_writable(&base.join("real"), &rights).unwrap();
+        let (fd, access) = open_writable(&base.join("real"), &rights).unwrap();
         assert_eq!(access, rights.handled);
+        assert!(fd.metadata().unwrap().is_dir());
+
+        // Files keep the canonical check and get the file subset.
         std::fs::write(base.join("real/f"), b"").unwrap();
         let (_, access) = open_writable(&base.join("real/f"), &rights).unwrap();
         assert_eq!(access, rights.file);
+        let err = open_writable(&base.join("link/f"), &rights).unwrap_err();
+        assert!(matches!(err, LandlockError::NotCanonical { .. }), "{err}");
         let (_, access) = open_writable(Path::new("/dev/null"), &rights).unwrap();
         assert_eq!(access, rights.file);
+        // A FIFO: the grant rule's refusal, word for word.
+        let fifo = base.join("fifo");
+        assert!(Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let err = open_writable(&fifo, &rights).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "the writable directory {0} cannot be granted: {0} is a FIFO, not a directory",
+                fifo.display()
+            )
+        );
+        // A file in the middle of a directory path.
+        let err = open_writable(&base.join("real/f/below"), &rights).unwrap_err();
+        assert!(
+            matches!(err, LandlockError::Grant(GrantError::NotDirectory { .. })),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn scopes_start_at_abi_6() {
+        for level in 1..SCOPES_FROM {
+            assert!(scopes_at(level).is_empty(), "{level}");
+        }
+        for level in SCOPES_FROM..=HIGHEST_KNOWN {
+            let names: Vec<&str> = scopes_at(level).iter().map(|(_, n)| *n).collect();
+            assert_eq!(names, ["signal", "abstract-unix-socket"]);
+        }
     }
 }

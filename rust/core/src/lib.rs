@@ -6,21 +6,34 @@
 //! * [`policy`] — the one JSON value the engine sends to the launcher;
 //! * [`digest`] — streaming SHA-256;
 //! * [`custody`] — the four custody clauses and key-file custody;
-//! * [`process`] — the dumpable flag and the parent-death signal.
+//! * [`grant`] — the one rule for a writable directory grant (no symbolic
+//!   link anywhere on its path), shared by both lanes;
+//! * [`process`] — the dumpable flag, the parent-death signal, and what a
+//!   supervisor needs (subreaper, signals, wait, kill, an inherited status
+//!   descriptor).
 //!
 //! `unsafe` is confined to the private `sys` module (raw syscalls); every
 //! other module carries `#![forbid(unsafe_code)]`.
 
 pub mod custody;
 pub mod digest;
+pub mod grant;
 pub mod landlock;
 pub mod policy;
 mod sys;
 
 /// Process attributes the engine sets on itself and on a child between fork
-/// and exec: the safe face of the `prctl` wrappers in `sys`.
+/// and exec, and what the launcher's supervisor needs (child subreaper,
+/// blocked signals taken synchronously, waitpid, kill, an inherited status
+/// descriptor): the safe face of the wrappers in `sys`.
 pub mod process {
-    pub use crate::sys::{set_dumpable, set_parent_death_signal};
+    pub use crate::sys::{
+        adopt_inherited_fd, block_signals, is_child_subreaper, is_cloexec,
+        prepare_supervised_child, send_signal, set_child_subreaper, set_default_disposition,
+        set_dumpable, set_parent_death_signal, wait_any_nohang, wait_signal, ChildEnd, SignalSet,
+    };
+    /// The signal numbers the supervisor uses (so the launcher needs no libc).
+    pub use libc::{SIGCHLD, SIGHUP, SIGINT, SIGKILL, SIGTERM};
 }
 
 use std::fmt;
@@ -30,6 +43,7 @@ use std::path::PathBuf;
 pub use custody::{
     BinaryCustodyError, Caller, Clause, CustodyViolation, KeyCustodyError, StatFacts,
 };
+pub use grant::{check_grant_dir, GrantError};
 pub use landlock::{Abi, AbiProbe, LandlockError};
 pub use policy::{Policy, PolicyError};
 

@@ -1,4 +1,15 @@
 //! Argument parsing: argv → [`Command`]. Pure, so every shape is unit-tested.
+//!
+//! The two verbs that run a command share one shape: options, then `--`,
+//! then the command and its arguments (never interpreted):
+//!
+//! ```text
+//! saphan-launcher exec [--status-fd N] --policy JSON [--status-fd N] -- CMD [ARGS...]
+//! saphan-launcher reap [--status-fd N] -- CMD [ARGS...]
+//! ```
+//!
+//! Options may come in any order before `--`, each at most once, as
+//! `--opt VALUE` or `--opt=VALUE`.
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -8,11 +19,18 @@ usage: saphan-launcher --version
        saphan-launcher probe
        saphan-launcher sha256 FILE
        saphan-launcher custody
-       saphan-launcher exec --policy JSON -- CMD [ARGS...]
+       saphan-launcher exec [--status-fd N] --policy JSON -- CMD [ARGS...]
+       saphan-launcher reap [--status-fd N] -- CMD [ARGS...]
 
-exit codes: 0 ok, 1 I/O error, 2 usage error, 3 refusal, 127 the command could not be executed";
+exec confines itself with Landlock, then supervises CMD; reap supervises CMD
+without a domain. Either way, when CMD exits every process it left behind is
+killed, and the launcher exits with CMD's status (128+signal when killed).
+--status-fd N: an inherited descriptor that receives every control line.
 
-#[derive(Debug, PartialEq, Eq)]
+exit codes: 0 ok, 1 I/O error, 2 usage error, 3 refusal, 127 the command could not be
+executed; otherwise the command's own status";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     Version,
     Help,
@@ -21,11 +39,21 @@ pub enum Command {
         file: OsString,
     },
     Custody,
-    Exec {
-        policy: String,
-        cmd: OsString,
-        args: Vec<OsString>,
-    },
+    /// Apply the Landlock domain of `launch.policy`, then supervise.
+    Exec(Launch),
+    /// Supervise without a domain (`launch.policy` is `None`).
+    Reap(Launch),
+}
+
+/// What `exec` and `reap` run, and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launch {
+    /// The policy JSON (`exec` only).
+    pub policy: Option<String>,
+    /// The inherited descriptor that receives the control lines.
+    pub status_fd: Option<i32>,
+    pub cmd: OsString,
+    pub args: Vec<OsString>,
 }
 
 /// A usage error: the message is printed with [`USAGE`], exit 2.
@@ -68,54 +96,80 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
                 (Some(_), Some(_)) => Err(UsageError("`sha256` takes exactly one FILE".to_owned())),
             }
         }
-        "exec" => parse_exec(rest),
+        "exec" => parse_launch("exec", rest).map(Command::Exec),
+        "reap" => parse_launch("reap", rest).map(Command::Reap),
         other => Err(UsageError(format!("unknown subcommand `{other}`"))),
     }
 }
 
-fn parse_exec(rest: Vec<OsString>) -> Result<Command, UsageError> {
+/// The options of `exec` (`--policy`, `--status-fd`) and `reap`
+/// (`--status-fd`), then `--`, then the command.
+fn parse_launch(verb: &str, rest: Vec<OsString>) -> Result<Launch, UsageError> {
+    let wants_policy = verb == "exec";
     let mut policy: Option<String> = None;
+    let mut status_fd: Option<i32> = None;
     let mut it = rest.into_iter();
     loop {
         let Some(arg) = it.next() else {
-            return Err(UsageError(
-                "`exec` needs `-- CMD [ARGS...]` after the policy".to_owned(),
-            ));
+            return Err(UsageError(format!(
+                "`{verb}` needs `-- CMD [ARGS...]` after its options"
+            )));
         };
         if arg == "--" {
             break;
         }
-        let arg = utf8(arg, "an `exec` option")?;
-        let value = if arg == "--policy" {
-            match it.next() {
-                Some(v) => utf8(v, "the policy")?,
-                None => return Err(UsageError("`--policy` needs a JSON value".to_owned())),
-            }
-        } else if let Some(v) = arg.strip_prefix("--policy=") {
-            v.to_owned()
-        } else {
-            return Err(UsageError(format!(
-                "unknown `exec` option `{arg}` (the command goes after `--`)"
-            )));
+        let arg = utf8(arg, &format!("an `{verb}` option"))?;
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
+            _ => (arg.clone(), None),
         };
-        if policy.replace(value).is_some() {
-            return Err(UsageError("`--policy` given twice".to_owned()));
+        let known = name == "--status-fd" || (wants_policy && name == "--policy");
+        if !known {
+            return Err(UsageError(format!(
+                "unknown `{verb}` option `{arg}` (the command goes after `--`)"
+            )));
+        }
+        let value = match inline {
+            Some(v) => v,
+            None => match it.next() {
+                Some(v) => utf8(v, &format!("the value of `{name}`"))?,
+                None => return Err(UsageError(format!("`{name}` needs a value"))),
+            },
+        };
+        if name == "--policy" {
+            if policy.replace(value).is_some() {
+                return Err(UsageError("`--policy` given twice".to_owned()));
+            }
+        } else if status_fd.replace(parse_fd(&value)?).is_some() {
+            return Err(UsageError("`--status-fd` given twice".to_owned()));
         }
     }
-    let Some(policy) = policy else {
-        return Err(UsageError("`exec` needs `--policy JSON`".to_owned()));
-    };
+    if wants_policy && policy.is_none() {
+        return Err(UsageError(format!("`{verb}` needs `--policy JSON`")));
+    }
     let Some(cmd) = it.next() else {
-        return Err(UsageError("`exec` needs a command after `--`".to_owned()));
+        return Err(UsageError(format!("`{verb}` needs a command after `--`")));
     };
     if cmd.is_empty() {
         return Err(UsageError("the command after `--` is empty".to_owned()));
     }
-    Ok(Command::Exec {
+    Ok(Launch {
         policy,
+        status_fd,
         cmd,
         args: it.collect(),
     })
+}
+
+/// A status descriptor: a decimal number of 3 or more (0-2 are the
+/// command's own stdio).
+fn parse_fd(value: &str) -> Result<i32, UsageError> {
+    match value.parse::<i32>() {
+        Ok(fd) if fd >= 3 && value.bytes().all(|b| b.is_ascii_digit()) => Ok(fd),
+        _ => Err(UsageError(format!(
+            "`--status-fd` needs a descriptor number of 3 or more, got {value:?}"
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -167,6 +221,59 @@ mod tests {
             ],
             &["exec", "--pol", "{}", "--", "/bin/true"],
             &["exec", "/bin/true"],
+            &[
+                "exec",
+                "--policy",
+                "{}",
+                "--status-fd",
+                "2",
+                "--",
+                "/bin/true",
+            ],
+            &[
+                "exec",
+                "--policy",
+                "{}",
+                "--status-fd",
+                "x",
+                "--",
+                "/bin/true",
+            ],
+            &[
+                "exec",
+                "--policy",
+                "{}",
+                "--status-fd",
+                "+5",
+                "--",
+                "/bin/true",
+            ],
+            &[
+                "exec",
+                "--policy",
+                "{}",
+                "--status-fd",
+                "-3",
+                "--",
+                "/bin/true",
+            ],
+            &["exec", "--policy", "{}", "--status-fd"],
+            &[
+                "exec",
+                "--status-fd=4",
+                "--policy",
+                "{}",
+                "--status-fd=5",
+                "--",
+                "/bin/true",
+            ],
+            &["reap"],
+            &["reap", "--"],
+            &["reap", "/bin/true"],
+            &["reap", "--policy", "{}", "--", "/bin/true"],
+            &["reap", "--status-fd", "--", "/bin/true"],
+            &["reap", "--status-fd=1", "--", "/bin/true"],
+            &["reap", "--status", "4", "--", "/bin/true"],
         ] {
             assert!(p(bad).is_err(), "{bad:?} should be a usage error");
         }
@@ -185,19 +292,71 @@ mod tests {
                 "echo --",
                 "--"
             ]),
-            Ok(Command::Exec {
-                policy: "{\"a\":1}".to_owned(),
+            Ok(Command::Exec(Launch {
+                policy: Some("{\"a\":1}".to_owned()),
+                status_fd: None,
                 cmd: "/bin/sh".into(),
                 args: vec!["-c".into(), "echo --".into(), "--".into()],
-            })
+            }))
         );
         assert_eq!(
             p(&["exec", "--policy={}", "--", "claude", "-p"]),
-            Ok(Command::Exec {
-                policy: "{}".to_owned(),
+            Ok(Command::Exec(Launch {
+                policy: Some("{}".to_owned()),
+                status_fd: None,
                 cmd: "claude".into(),
                 args: vec!["-p".into()],
-            })
+            }))
+        );
+    }
+
+    #[test]
+    fn exec_takes_the_status_fd_before_or_after_the_policy() {
+        let expected = Command::Exec(Launch {
+            policy: Some("{\"a\":1}".to_owned()),
+            status_fd: Some(7),
+            cmd: "/bin/sh".into(),
+            args: vec!["-c".into(), "exit 3".into()],
+        });
+        for args in [
+            &["exec", "--status-fd", "7", "--policy", "{\"a\":1}", "--"][..],
+            &["exec", "--policy", "{\"a\":1}", "--status-fd", "7", "--"],
+            &["exec", "--status-fd=7", "--policy={\"a\":1}", "--"],
+        ] {
+            let mut args = args.to_vec();
+            args.extend(["/bin/sh", "-c", "exit 3"]);
+            assert_eq!(p(&args), Ok(expected.clone()), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn reap_takes_only_the_status_fd() {
+        assert_eq!(
+            p(&["reap", "--", "sh", "-c", "--status-fd"]),
+            Ok(Command::Reap(Launch {
+                policy: None,
+                status_fd: None,
+                cmd: "sh".into(),
+                args: vec!["-c".into(), "--status-fd".into()],
+            }))
+        );
+        assert_eq!(
+            p(&["reap", "--status-fd", "9", "--", "true"]),
+            Ok(Command::Reap(Launch {
+                policy: None,
+                status_fd: Some(9),
+                cmd: "true".into(),
+                args: vec![],
+            }))
+        );
+        assert_eq!(
+            p(&["reap", "--status-fd=3", "--", "true"]),
+            Ok(Command::Reap(Launch {
+                policy: None,
+                status_fd: Some(3),
+                cmd: "true".into(),
+                args: vec![],
+            }))
         );
     }
 }

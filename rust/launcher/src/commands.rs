@@ -1,9 +1,14 @@
 //! The verbs. Each returns the process exit code.
+//!
+//! `exec` and `reap` are one function ([`launch`]): `exec` confines the
+//! launcher with Landlock first, `reap` does not (it runs inside a jail that
+//! is already built, e.g. bubblewrap's); both then supervise the command.
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::process::CommandExt;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -11,16 +16,21 @@ use serde::Serialize;
 
 use saphan_core::custody::{self, Caller, CustodyViolation, StatFacts};
 use saphan_core::landlock::{self, AbiProbe};
-use saphan_core::{digest, policy, BinaryCustodyError};
+use saphan_core::{digest, policy, process, BinaryCustodyError};
 
+use crate::cli::Launch;
 use crate::refusal::{Refusal, EXIT_REFUSED};
+use crate::supervise::{Outcome, StartError, Supervisor};
 
 const EXIT_IO: u8 = 1;
+const EXIT_USAGE: u8 = 2;
 const EXIT_EXEC_FAILED: u8 = 127;
 const SELF_EXE: &str = "/proc/self/exe";
 
-/// The scratch directory, relative to the working directory.
-const SCRATCH: &str = ".saphan/tmp";
+/// The scratch directory, relative to the working directory, and its two
+/// components (created one at a time).
+const SCRATCH: &str = ".saphan-run/tmp";
+const SCRATCH_PARTS: [&str; 2] = [".saphan-run", "tmp"];
 
 fn exit_refused() -> ExitCode {
     ExitCode::from(EXIT_REFUSED)
@@ -231,41 +241,191 @@ pub fn sha256(file: &Path) -> ExitCode {
     }
 }
 
-// ---- exec -------------------------------------------------------------------
+// ---- exec and reap ------------------------------------------------------------
 
-/// `exec --policy JSON -- CMD ARGS...`. Returns only on failure.
-///
-/// The order is the boundary's:
-/// 1. parse the policy (an unknown key is refused by name);
-/// 2. refuse a pinned digest on a command that is not an absolute path;
-/// 3. re-measure the live ABI and apply the domain (refusing below the floor
-///    and on anything but full enforcement) — from here on nothing this
-///    process or the agent does can write outside `writable`;
-/// 4. print the one confirmation line;
-/// 5. chdir(workdir), then create `.saphan/tmp` RELATIVE to the new cwd, so a
-///    vanished working directory fails loudly instead of being recreated;
-/// 6. TMPDIR=<workdir>/.saphan/tmp;
-/// 7. verify the agent's SHA-256 when pinned;
-/// 8. exec.
-pub fn exec(policy_json: &str, cmd: OsString, args: Vec<OsString>) -> ExitCode {
-    match prepare(policy_json, &cmd) {
-        Ok(tmpdir) => {
-            let err = std::process::Command::new(&cmd)
-                .args(&args)
-                .env("TMPDIR", &tmpdir)
-                .exec();
-            eprintln!(
-                "saphan-launcher: cannot execute {}: {err}",
-                Path::new(&cmd).display()
-            );
-            ExitCode::from(EXIT_EXEC_FAILED)
+/// Where the control lines go: always stderr (for humans), and the status
+/// descriptor when saphan passed one (for the engine; the command cannot
+/// write to it — it is close-on-exec, and the launcher is not dumpable).
+pub struct Status {
+    fd: Option<File>,
+}
+
+impl Status {
+    /// Adopts the inherited descriptor (setting FD_CLOEXEC on it).
+    fn open(fd: Option<i32>) -> Result<Self, String> {
+        let Some(fd) = fd else {
+            return Ok(Status { fd: None });
+        };
+        process::adopt_inherited_fd(fd)
+            .map(|owned| Status {
+                fd: Some(File::from(owned)),
+            })
+            .map_err(|e| {
+                format!(
+                    "--status-fd {fd} is not a descriptor this launcher inherited open \
+                     (without close-on-exec): {e}"
+                )
+            })
+    }
+
+    /// One control line, on stderr and on the status descriptor (one write,
+    /// so a line never interleaves; a reader that went away is ignored).
+    fn line(&mut self, line: &str) {
+        eprintln!("{line}");
+        self.status_only(line);
+    }
+
+    fn status_only(&mut self, line: &str) {
+        if let Some(f) = &mut self.fd {
+            let _ = f.write_all(format!("{line}\n").as_bytes());
         }
-        Err(r) => refuse(&r),
+    }
+
+    /// A refusal: the two lines on stderr, the one line on the descriptor.
+    fn refuse(&mut self, r: &Refusal) -> ExitCode {
+        eprintln!("{r}");
+        self.status_only(&r.status_line());
+        exit_refused()
     }
 }
 
-/// Steps 1-7 of [`exec`]; returns the TMPDIR to set.
-fn prepare(policy_json: &str, cmd: &OsString) -> Result<PathBuf, Refusal> {
+/// The line the launcher ends every supervised run with.
+pub fn exited_line(outcome: &Outcome) -> String {
+    format!(
+        "saphan-launcher: exited code={} reaped={}",
+        outcome.code, outcome.reaped
+    )
+}
+
+/// `exec [--status-fd N] --policy JSON -- CMD ARGS...` and
+/// `reap [--status-fd N] -- CMD ARGS...`.
+///
+/// The order is the boundary's:
+/// 1. PR_SET_DUMPABLE 0 before anything else: a same-uid process (the
+///    command included) can then neither ptrace the launcher nor open
+///    `/proc/<launcher>/fd/N` (the status descriptor among them);
+/// 2. adopt the status descriptor and set FD_CLOEXEC on it, so the command
+///    never inherits it;
+/// 3. a failed custody check (measured at entry) is refused here, so the
+///    refusal reaches the status descriptor too;
+/// 4. `exec` only: [`prepare`] — parse the policy, apply the Landlock domain
+///    to the launcher itself (so everything it forks is inside), print the
+///    confirmation line, enter the workdir, create the scratch directory
+///    without following links, verify a pinned digest;
+/// 5. become a child subreaper, spawn the command (for `exec`: TMPDIR set,
+///    and a scope-only domain nested in the launcher's from ABI 6),
+///    forward SIGTERM/SIGINT/SIGHUP to it, wait for it, then SIGKILL every
+///    process it left behind ([`Supervisor`]);
+/// 6. `saphan-launcher: exited code=N reaped=M`, and exit with the
+///    command's status (128+signal when it was killed; 127 with
+///    `code=127 reaped=0` when it could not be executed).
+///
+/// Every run that gets past step 2 ends with exactly one control line of
+/// its own kind: a refusal (exit 3) or the exited line. (A `--status-fd`
+/// that was not inherited open is a usage error, exit 2, on stderr only.)
+pub fn launch(custody: Result<(), &Refusal>, launch: Launch, confine: bool) -> ExitCode {
+    if let Err(e) = process::set_dumpable(false) {
+        let r = Refusal::new(
+            "confinement-unavailable",
+            format!("the launcher cannot make itself non-dumpable: {e}"),
+            "report the kernel release with this message",
+        );
+        return refuse(&r);
+    }
+    let mut status = match Status::open(launch.status_fd) {
+        Ok(s) => s,
+        Err(msg) => {
+            eprintln!("saphan-launcher: {msg}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    // `exec` applies the boundary, so its own custody is its run condition.
+    // `reap` applies none: it runs as the first process inside a jail that
+    // bubblewrap already built, in the jail's user namespace, where a
+    // root-owned launcher shows as the overflow uid and no ownership can be
+    // told apart. The engine checks the reaper's custody (the same rust/core
+    // clauses) and digest outside the namespace before composing; a reaper
+    // swapped after that is confined by the same jail as the command.
+    if let (Err(r), true) = (custody, confine) {
+        return status.refuse(r);
+    }
+
+    let mut command = std::process::Command::new(&launch.cmd);
+    command.args(&launch.args);
+    let mut nested_domain = None;
+    if confine {
+        let policy = launch.policy.as_deref().unwrap_or_default();
+        match prepare(policy, &launch.cmd, &mut status) {
+            Ok(prepared) => {
+                command.env("TMPDIR", prepared.tmpdir);
+                nested_domain = prepared.nested_domain;
+            }
+            Err(r) => return status.refuse(&r),
+        }
+    }
+
+    let supervisor = match Supervisor::prepare() {
+        Ok(s) => s,
+        Err(e) => return status.refuse(&start_refusal(&e)),
+    };
+    let outcome = match supervisor.run(command, nested_domain) {
+        Ok(outcome) => outcome,
+        Err(StartError::Spawn(err)) => {
+            eprintln!(
+                "saphan-launcher: cannot execute {}: {err}",
+                Path::new(&launch.cmd).display()
+            );
+            Outcome {
+                code: i32::from(EXIT_EXEC_FAILED),
+                reaped: 0,
+            }
+        }
+        Err(e) => return status.refuse(&start_refusal(&e)),
+    };
+    status.line(&exited_line(&outcome));
+    ExitCode::from(u8::try_from(outcome.code).unwrap_or(EXIT_IO))
+}
+
+fn start_refusal(e: &StartError) -> Refusal {
+    let message = match e {
+        StartError::Setup(what, err) => format!("the supervisor cannot be set up: {what}: {err}"),
+        StartError::Spawn(err) => format!("the command cannot be started: {err}"),
+    };
+    Refusal::new(
+        "confinement-unavailable",
+        message,
+        "report the kernel release with this message; without a supervisor the launcher \
+         cannot promise that no process outlives the run, so it runs nothing",
+    )
+}
+
+/// What [`prepare`] hands to the supervisor.
+struct Prepared {
+    /// The TMPDIR to set.
+    tmpdir: PathBuf,
+    /// The scope-only ruleset the command starts in (ABI >= 6).
+    nested_domain: Option<OwnedFd>,
+}
+
+/// Step 4 of [`launch`] for `exec`.
+///
+/// 1. parse the policy (an unknown key is refused by name);
+/// 2. refuse a pinned digest on a command that is not an absolute path;
+/// 3. re-measure the live ABI and apply the domain (refusing below the floor
+///    and on anything but full enforcement; every writable directory must
+///    pass the grant rule, no symbolic link on its path) — from here on
+///    nothing this process or the command does can write outside
+///    `writable`, and at ABI >= 6 nothing can signal a process outside the
+///    domain or connect to an abstract unix socket outside it;
+/// 4. the confirmation line; at ABI >= 6, a scope-only ruleset for the
+///    command, so it runs one domain below the launcher and cannot signal
+///    it ([`landlock::nested_scope_ruleset`]);
+/// 5. chdir(workdir), then create `.saphan-run`, then `.saphan-run/tmp`
+///    RELATIVE to the new cwd, one at a time, each checked with lstat to be
+///    a real directory (a planted link is refused as `workdir-unsafe`); a
+///    vanished working directory fails loudly instead of being recreated;
+/// 6. verify the agent's SHA-256 when pinned.
+fn prepare(policy_json: &str, cmd: &OsString, status: &mut Status) -> Result<Prepared, Refusal> {
     let policy = policy::parse(policy_json).map_err(|e| Refusal::policy(&e))?;
     let cmd_path = Path::new(cmd);
 
@@ -283,16 +443,13 @@ fn prepare(policy_json: &str, cmd: &OsString) -> Result<PathBuf, Refusal> {
 
     let enforced = landlock::apply_domain(&policy.writable)
         .map_err(|e| Refusal::landlock(&e, &policy.workdir))?;
-    eprintln!("{}", landlock::confirmation_line(&enforced));
+    status.line(&landlock::confirmation_line(&enforced));
+    let nested_domain = landlock::nested_scope_ruleset(&enforced)
+        .map_err(|e| Refusal::landlock(&e, &policy.workdir))?;
 
     std::env::set_current_dir(&policy.workdir)
         .map_err(|e| Refusal::workdir_missing(&policy.workdir, &format!("chdir failed: {e}")))?;
-    std::fs::create_dir_all(SCRATCH).map_err(|e| {
-        Refusal::workdir_missing(
-            &policy.workdir,
-            &format!("cannot create {SCRATCH} inside it: {e}"),
-        )
-    })?;
+    make_scratch(&policy.workdir)?;
     let tmpdir = policy.workdir.join(SCRATCH);
 
     if let Some(pinned) = &policy.agent_sha256 {
@@ -319,5 +476,58 @@ fn prepare(policy_json: &str, cmd: &OsString) -> Result<PathBuf, Refusal> {
             ));
         }
     }
-    Ok(tmpdir)
+    Ok(Prepared {
+        tmpdir,
+        nested_domain,
+    })
+}
+
+/// Creates `.saphan-run/tmp` relative to the cwd (the workdir), one
+/// component at a time, following no link: `mkdir` never follows a final
+/// link (an existing one answers EEXIST), and each component is then
+/// checked with lstat to be a real directory before the next is made
+/// inside it.
+fn make_scratch(workdir: &Path) -> Result<(), Refusal> {
+    let mut rel = PathBuf::new();
+    for part in SCRATCH_PARTS {
+        rel.push(part);
+        match std::fs::create_dir(&rel) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(Refusal::workdir_missing(
+                    workdir,
+                    &format!("cannot create {} inside it: {e}", rel.display()),
+                ))
+            }
+        }
+        let meta = std::fs::symlink_metadata(&rel).map_err(|e| {
+            Refusal::workdir_missing(
+                workdir,
+                &format!("cannot inspect {} inside it: {e}", rel.display()),
+            )
+        })?;
+        let ft = meta.file_type();
+        if ft.is_dir() {
+            continue;
+        }
+        let shown = workdir.join(&rel);
+        let what = if ft.is_symlink() {
+            let target = std::fs::read_link(&rel)
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|e| format!("<unreadable: {e}>"));
+            format!("{} is a symbolic link (-> {target})", shown.display())
+        } else {
+            format!("{} is not a directory", shown.display())
+        };
+        return Err(Refusal::workdir_unsafe(
+            workdir,
+            &format!("{what}; the scratch directory {SCRATCH} is created without following links"),
+            &format!(
+                "remove {} (an earlier run may have left it there) and dispatch the run again",
+                shown.display()
+            ),
+        ));
+    }
+    Ok(())
 }

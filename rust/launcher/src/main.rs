@@ -1,18 +1,26 @@
 //! saphan-launcher: the engine's boundary on a remote runner.
 //!
 //! `exec` applies a Landlock domain to itself (read+execute everywhere, full
-//! rights on the policy's writable list), enters the working directory,
-//! creates the scratch directory there and execs the agent. `probe` reports
-//! the kernel's Landlock ABI for the machine's signed row; `sha256` and
-//! `custody` report identity facts.
+//! rights on the policy's writable list, signals and abstract unix sockets
+//! scoped at ABI >= 6), enters the working directory, creates the scratch
+//! directory there and runs the agent under its supervision: signals are
+//! forwarded, and when the agent exits every process it left behind is
+//! killed. `reap` is the same supervisor without a domain (inside a jail
+//! that is already built). `probe` reports the kernel's Landlock ABI for
+//! the machine's signed row; `sha256` and `custody` report identity facts.
 //!
-//! Custody (SPEC.md §7) is the run condition of every verb: it is checked on
-//! `/proc/self/exe` at process entry, before the arguments are parsed.
+//! Custody (SPEC.md §7) is the run condition of every verb but `reap`: it is
+//! checked on `/proc/self/exe` at process entry, before the arguments are
+//! parsed (for `exec` the refusal is emitted after the status descriptor is
+//! adopted, so it reaches the engine on that descriptor too). `reap` runs
+//! inside a jail's user namespace, where ownership cannot be measured; the
+//! engine checks its custody outside before composing (commands::launch).
 #![forbid(unsafe_code)]
 
 mod cli;
 mod commands;
 mod refusal;
+mod supervise;
 
 use std::process::ExitCode;
 
@@ -26,12 +34,15 @@ fn main() -> ExitCode {
     let command = cli::parse(std::env::args_os().skip(1).collect());
 
     // The custody verb reports the facts either way; every other verb is
-    // refused when custody fails, before it does anything else.
+    // refused when custody fails, before it does anything else (`exec` and
+    // `reap` refuse it themselves, once their status descriptor is adopted).
     if let Ok(Command::Custody) = command {
         return commands::custody(&custody);
     }
-    if let Err(failure) = &custody {
-        return commands::refuse(&failure.refusal);
+    let custody_refusal = custody.as_ref().map(|_| ()).map_err(|f| &f.refusal);
+    let launches = matches!(command, Ok(Command::Exec(_) | Command::Reap(_)));
+    if let (Err(refusal), false) = (custody_refusal, launches) {
+        return commands::refuse(refusal);
     }
 
     match command {
@@ -50,6 +61,7 @@ fn main() -> ExitCode {
         Ok(Command::Probe) => commands::probe(),
         Ok(Command::Sha256 { file }) => commands::sha256(file.as_ref()),
         Ok(Command::Custody) => commands::custody(&custody),
-        Ok(Command::Exec { policy, cmd, args }) => commands::exec(&policy, cmd, args),
+        Ok(Command::Exec(launch)) => commands::launch(custody_refusal, launch, true),
+        Ok(Command::Reap(launch)) => commands::launch(custody_refusal, launch, false),
     }
 }

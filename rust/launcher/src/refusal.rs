@@ -6,6 +6,9 @@
 //! fix: REMEDIATION
 //! ```
 //!
+//! On the status descriptor (`--status-fd`) the same refusal is one line,
+//! `saphan-launcher: refused [CLASS] MESSAGE` ([`Refusal::status_line`]).
+//!
 //! Every refusal exits 3.
 #![forbid(unsafe_code)]
 
@@ -13,7 +16,7 @@ use std::fmt;
 use std::path::Path;
 
 use saphan_core::custody::NOT_ASSERTED;
-use saphan_core::{BinaryCustodyError, LandlockError, PolicyError};
+use saphan_core::{BinaryCustodyError, GrantError, LandlockError, PolicyError};
 
 /// The single exit code of every refusal.
 pub const EXIT_REFUSED: u8 = 3;
@@ -53,12 +56,43 @@ impl Refusal {
     /// A Landlock error, with a missing workdir (or a missing directory above
     /// it) reported as `workdir-missing`.
     pub fn landlock(e: &LandlockError, workdir: &Path) -> Self {
-        if let LandlockError::PathOpen { path, source } = e {
-            if source.kind() == std::io::ErrorKind::NotFound && workdir.starts_with(path) {
+        match e {
+            LandlockError::PathOpen { path, source }
+                if source.kind() == std::io::ErrorKind::NotFound && workdir.starts_with(path) =>
+            {
                 return Refusal::workdir_missing(workdir, &source.to_string());
             }
+            LandlockError::Grant(g @ GrantError::Missing { path, .. })
+                if workdir.starts_with(path) =>
+            {
+                return Refusal::workdir_missing(workdir, &g.to_string());
+            }
+            _ => {}
         }
         Refusal::new(e.refusal_class(), e.to_string(), e.remediation())
+    }
+
+    /// The working directory holds something the launcher will not follow
+    /// (a symbolic link or a non-directory where its scratch directory goes).
+    pub fn workdir_unsafe(workdir: &Path, why: &str, fix: &str) -> Self {
+        Refusal::new(
+            "workdir-unsafe",
+            format!(
+                "the working directory {} is not safe to run in: {why}",
+                workdir.display()
+            ),
+            fix,
+        )
+    }
+
+    /// The one-line form written to the status descriptor.
+    pub fn status_line(&self) -> String {
+        let one_line = |s: &str| s.replace(['\n', '\r'], " ");
+        format!(
+            "saphan-launcher: refused [{}] {}",
+            self.class,
+            one_line(&self.message)
+        )
     }
 
     pub fn workdir_missing(workdir: &Path, why: &str) -> Self {
@@ -112,6 +146,33 @@ mod tests {
     fn format_matches_the_python_cli() {
         let r = Refusal::new("seat-full", "m", "f");
         assert_eq!(r.to_string(), "refused [seat-full]: m\nfix: f");
+    }
+
+    #[test]
+    fn status_line_is_one_line() {
+        let r = Refusal::new("workdir-unsafe", "a\nb", "f");
+        assert_eq!(
+            r.status_line(),
+            "saphan-launcher: refused [workdir-unsafe] a b"
+        );
+    }
+
+    #[test]
+    fn a_missing_grant_above_the_workdir_is_workdir_missing() {
+        let e = LandlockError::Grant(GrantError::Missing {
+            path: PathBuf::from("/far/wd"),
+            component: PathBuf::from("/far"),
+        });
+        let r = Refusal::landlock(&e, Path::new("/far/wd"));
+        assert_eq!(r.class, "workdir-missing");
+        assert!(r.message.contains("/far does not exist"), "{}", r.message);
+        let e = LandlockError::Grant(GrantError::Missing {
+            path: PathBuf::from("/home/a/.claude/projects/x"),
+            component: PathBuf::from("/home/a/.claude"),
+        });
+        let r = Refusal::landlock(&e, Path::new("/far/wd"));
+        assert_eq!(r.class, "policy-invalid");
+        assert_eq!(r.message, e.to_string());
     }
 
     #[test]

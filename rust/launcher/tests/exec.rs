@@ -10,23 +10,34 @@ use common::*;
 const CONFIRM_PREFIX: &str = "saphan-launcher: landlock abi=";
 
 /// The line the launcher must print: the handled ABI is the live one, capped
-/// at the highest this build knows.
+/// at the highest this build knows; scoping from ABI 6.
 fn confirmation(tree: &Tree) -> String {
     let probe: serde_json::Value = serde_json::from_str(&stdout(&run(&["probe"]))).unwrap();
     let live = probe["landlock_abi"].as_u64().unwrap();
     let handled = live.min(probe["highest_known"].as_u64().unwrap());
+    let scopes = if handled >= 6 {
+        "signal,abstract-unix-socket"
+    } else {
+        ""
+    };
     format!(
-        "{CONFIRM_PREFIX}{handled} enforced writable=[{}]",
+        "{CONFIRM_PREFIX}{handled} enforced writable=[{}] scopes=[{scopes}]",
         tree.wd.display()
     )
 }
 
 #[test]
-fn prints_exactly_one_confirmation_line_then_execs() {
+fn prints_one_confirmation_line_then_runs_and_reports_the_exit() {
     let tree = Tree::new();
     let out = run(&["exec", "--policy", &tree.policy(), "--", "/bin/true"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(stderr(&out), format!("{}\n", confirmation(&tree)));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "{}\nsaphan-launcher: exited code=0 reaped=0\n",
+            confirmation(&tree)
+        )
+    );
     assert_eq!(stdout(&out), "");
 }
 
@@ -133,10 +144,10 @@ fn tmpdir_is_set_and_created_inside_the_workdir() {
     let tree = Tree::new();
     let out = exec_sh(
         &tree.policy(),
-        "printf '%s' \"$TMPDIR\"; test -d .saphan/tmp && f=$(mktemp) && echo ok > \"$f\" && ls \"$TMPDIR\" >&2",
+        "printf '%s' \"$TMPDIR\"; test -d .saphan-run/tmp && f=$(mktemp) && echo ok > \"$f\" && ls \"$TMPDIR\" >&2",
     );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let expected = tree.wd.join(".saphan/tmp");
+    let expected = tree.wd.join(".saphan-run/tmp");
     assert_eq!(stdout(&out), expected.to_str().unwrap());
     assert!(expected.is_dir());
     assert_eq!(std::fs::read_dir(&expected).unwrap().count(), 1);
@@ -270,7 +281,7 @@ fn a_vanished_workdir_is_a_loud_failure_and_is_not_recreated() {
     assert_eq!(stdout(&out), "");
     assert!(!gone.exists(), "the workdir was recreated");
     assert!(
-        !tree.wd.join(".saphan").exists(),
+        !tree.wd.join(".saphan-run").exists(),
         "scratch created in the wrong place"
     );
 
@@ -293,10 +304,13 @@ fn a_missing_extra_grant_is_refused() {
     let policy = policy_json(&tree.wd, &[&tree.wd, &missing], None);
     let out = run(&["exec", "--policy", &policy, "--", "/bin/true"]);
     assert_eq!(code(&out), 3);
-    assert!(
-        stderr(&out).starts_with("refused [policy-invalid]: writable path"),
-        "{}",
-        stderr(&out)
+    assert_eq!(
+        stderr(&out).lines().next().unwrap(),
+        format!(
+            "refused [policy-invalid]: the writable directory {0} cannot be granted: {0} does \
+             not exist",
+            missing.display()
+        )
     );
 }
 
@@ -308,10 +322,14 @@ fn a_symlinked_grant_is_refused() {
     let policy = policy_json(&tree.wd, &[&tree.wd, &link], None);
     let out = run(&["exec", "--policy", &policy, "--", "/bin/true"]);
     assert_eq!(code(&out), 3);
-    assert!(
-        stderr(&out).starts_with("refused [policy-invalid]: "),
-        "{}",
-        stderr(&out)
+    assert_eq!(
+        stderr(&out).lines().next().unwrap(),
+        format!(
+            "refused [workdir-unsafe]: the writable directory {0} cannot be granted: {0} is a \
+             symbolic link (-> {1}); a grant follows no symbolic link anywhere on its path",
+            link.display(),
+            tree.wd.display()
+        )
     );
 }
 

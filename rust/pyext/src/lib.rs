@@ -9,13 +9,13 @@
 mod convert;
 mod error;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use saphan_core::custody::{self, Caller};
-use saphan_core::{digest, landlock, policy, process};
+use saphan_core::{digest, grant, landlock, policy, process};
 
 pub use error::KeyCustodyError;
 use error::NativeError;
@@ -125,6 +125,17 @@ fn parse_policy(json: &str) -> Result<String, NativeError> {
     Ok(policy::parse(json)?.to_canonical_json()?)
 }
 
+/// `None` when `path` may be granted as a writable directory (absolute,
+/// normalised, a real directory reached from `/` without any symbolic link);
+/// otherwise the message naming the component at fault — the same text the
+/// launcher refuses the same layout with.
+#[pyfunction]
+fn check_grant_dir(py: Python<'_>, path: &str) -> Option<String> {
+    let path = path.to_owned();
+    py.detach(|| grant::check_grant_dir(Path::new(&path)).err())
+        .map(|e| e.describe().0)
+}
+
 /// The crate version, shared by the whole workspace.
 #[pyfunction]
 fn version() -> &'static str {
@@ -146,6 +157,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_parent_death_signal, m)?)?;
     m.add_function(wrap_pyfunction!(set_dumpable, m)?)?;
     m.add_function(wrap_pyfunction!(parse_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(check_grant_dir, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     Ok(())
 }

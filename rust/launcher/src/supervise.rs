@@ -1,0 +1,266 @@
+//! The supervisor `exec` and `reap` share: run the command as a child, pass
+//! on the signals saphan sends, and when the command exits kill everything
+//! it left behind, so no process outlives a run.
+//!
+//! Why each step is there:
+//! * the launcher is a *child subreaper*: a process the command orphans
+//!   (a `setsid … &` daemon, a double fork) is re-parented to the launcher,
+//!   not to init, so the launcher can still find, kill and wait for it;
+//! * SIGTERM, SIGINT and SIGHUP sent to the launcher with kill(2) are
+//!   passed on to the command. One the kernel generated (a terminal's Ctrl-C
+//!   or hangup, `si_code == SI_KERNEL`) is not: the terminal sent it to its
+//!   whole foreground process group, the command included, and a second
+//!   copy would read as a second Ctrl-C (which some agents take as "quit");
+//! * SIGTERM, SIGINT, SIGHUP and SIGCHLD are reset to their default
+//!   disposition (an inherited SIG_IGN on SIGCHLD would make the kernel reap
+//!   children behind our back) and blocked, then taken synchronously with
+//!   `sigtimedwait`: no handler runs, nothing is lost between two waits;
+//! * the child empties its signal mask before exec (std passes the parent's
+//!   mask on, and a command that inherited SIGTERM blocked would never see
+//!   the SIGTERM forwarded to it) and inherits the default dispositions;
+//! * the child is spawned with PR_SET_PDEATHSIG=SIGKILL, so a launcher that
+//!   is itself SIGKILLed still takes its command with it;
+//! * under `exec` at ABI >= 6 the child enters a scope-only Landlock domain
+//!   nested in the launcher's: the launcher can signal everything the
+//!   command starts, the command cannot signal the launcher;
+//! * after the command exits, each round reaps what has ended and SIGKILLs
+//!   every remaining *direct* child. Only direct children are signalled: a
+//!   child's pid cannot be reused until the launcher reaps it, so the kill
+//!   can never hit an unrelated process. A grandchild becomes a direct child
+//!   the moment its parent dies, so a chain of depth D is gone after D
+//!   rounds. The rounds end when `waitpid` answers ECHILD, or at a deadline
+//!   (a process that cannot be killed in time is named on stderr), so a
+//!   fork storm cannot hold the launcher forever.
+#![forbid(unsafe_code)]
+
+use std::collections::HashSet;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use saphan_core::process::{self, ChildEnd, SignalSet};
+
+/// The signals passed on to the command.
+pub const FORWARDED: [i32; 3] = [process::SIGTERM, process::SIGINT, process::SIGHUP];
+
+/// How long the launcher keeps killing after the command exited.
+const KILL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long one round waits for a SIGCHLD before looking again.
+const ROUND_WAIT: Duration = Duration::from_millis(20);
+
+/// How the run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The command's exit status, or 128 + the signal that killed it.
+    pub code: i32,
+    /// How many left-behind processes the launcher killed.
+    pub reaped: usize,
+}
+
+/// The launcher, ready to supervise: subreaper set, signals blocked.
+pub struct Supervisor {
+    signals: SignalSet,
+}
+
+/// Why nothing could be started.
+#[derive(Debug)]
+pub enum StartError {
+    /// Becoming a subreaper or arranging the signals failed.
+    Setup(&'static str, io::Error),
+    /// The command could not be executed.
+    Spawn(io::Error),
+}
+
+impl Supervisor {
+    /// Makes this process a child subreaper and blocks the signals it will
+    /// take synchronously. Nothing has been started yet.
+    pub fn prepare() -> Result<Self, StartError> {
+        process::set_child_subreaper(true)
+            .map_err(|e| StartError::Setup("PR_SET_CHILD_SUBREAPER", e))?;
+        let mut taken = FORWARDED.to_vec();
+        taken.push(process::SIGCHLD);
+        for sig in &taken {
+            process::set_default_disposition(*sig)
+                .map_err(|e| StartError::Setup("sigaction(SIG_DFL)", e))?;
+        }
+        let signals = SignalSet::new(&taken).map_err(|e| StartError::Setup("sigaddset", e))?;
+        process::block_signals(&signals).map_err(|e| StartError::Setup("sigprocmask", e))?;
+        Ok(Supervisor { signals })
+    }
+
+    /// Spawns `command`, waits for it (forwarding signals), then kills and
+    /// reaps whatever it left behind.
+    /// `nested_domain`: a scope-only Landlock ruleset the command is
+    /// restricted with between fork and exec (see
+    /// `saphan_core::landlock::nested_scope_ruleset`).
+    pub fn run(
+        &self,
+        mut command: Command,
+        nested_domain: Option<OwnedFd>,
+    ) -> Result<Outcome, StartError> {
+        process::prepare_supervised_child(&mut command, nested_domain)
+            .map_err(|e| StartError::Setup("the child's signal mask", e))?;
+        let child = command.spawn().map_err(StartError::Spawn)?;
+        let pid = i32::try_from(child.id()).unwrap_or(-1);
+        // The child is reaped with waitpid(-1) below, never through `child`.
+        drop(child);
+        let end = self.wait_for(pid);
+        let reaped = self.kill_the_rest();
+        Ok(Outcome {
+            code: end.code(),
+            reaped,
+        })
+    }
+
+    /// Waits for `pid`, passing on every forwarded signal that arrives;
+    /// orphans that end meanwhile are reaped on the way.
+    fn wait_for(&self, pid: i32) -> ChildEnd {
+        loop {
+            loop {
+                match process::wait_any_nohang() {
+                    Ok(Some((p, end))) if p == pid => return end,
+                    Ok(Some(_)) => continue,
+                    Ok(None) => break,
+                    Err(e) => {
+                        // ECHILD while the command was never collected: it
+                        // cannot happen with SIGCHLD at its default; say so.
+                        eprintln!("saphan-launcher: lost the command (pid {pid}): {e}");
+                        return ChildEnd::Exited(1);
+                    }
+                }
+            }
+            match process::wait_signal(&self.signals, None) {
+                Ok(Some(got)) if FORWARDED.contains(&got.signal) && !got.from_kernel => {
+                    // The command may have just exited: ESRCH is fine.
+                    let _ = process::send_signal(pid, got.signal);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    eprintln!("saphan-launcher: sigtimedwait failed: {e}");
+                    std::thread::sleep(ROUND_WAIT);
+                }
+            }
+        }
+    }
+
+    /// Kills every process left behind; returns how many were killed.
+    fn kill_the_rest(&self) -> usize {
+        let deadline = Instant::now() + KILL_DEADLINE;
+        let mut killed: HashSet<i32> = HashSet::new();
+        loop {
+            loop {
+                match process::wait_any_nohang() {
+                    Ok(Some(_)) => continue,
+                    Ok(None) => break,
+                    // ECHILD: nothing is left.
+                    Err(_) => return killed.len(),
+                }
+            }
+            let children = children();
+            if Instant::now() >= deadline {
+                eprintln!(
+                    "saphan-launcher: gave up after {}s; still running: {:?}",
+                    KILL_DEADLINE.as_secs(),
+                    children
+                );
+                return killed.len();
+            }
+            for pid in children {
+                if is_zombie(pid) {
+                    continue;
+                }
+                if process::send_signal(pid, process::SIGKILL).is_ok() {
+                    killed.insert(pid);
+                }
+            }
+            // Woken by the next SIGCHLD (or a forwarded signal, which no
+            // longer has anyone to go to).
+            let _ = process::wait_signal(&self.signals, Some(ROUND_WAIT));
+        }
+    }
+}
+
+/// This process's direct children: `/proc/self/task/*/children`, or a scan
+/// of `/proc/*/stat` for our pid as parent where that file is not built in.
+fn children() -> Vec<i32> {
+    let mut found: Vec<i32> = Vec::new();
+    let mut listed = false;
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+                listed = true;
+                found.extend(
+                    text.split_whitespace()
+                        .filter_map(|p| p.parse::<i32>().ok()),
+                );
+            }
+        }
+    }
+    if !listed {
+        let me = i32::try_from(std::process::id()).unwrap_or(-1);
+        if let Ok(procs) = std::fs::read_dir("/proc") {
+            for entry in procs.flatten() {
+                let Some(pid) = entry
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| n.parse::<i32>().ok())
+                else {
+                    continue;
+                };
+                if stat_fields(pid).is_some_and(|(_, ppid)| ppid == me) {
+                    found.push(pid);
+                }
+            }
+        }
+    }
+    found.sort_unstable();
+    found.dedup();
+    found
+}
+
+/// `(state, ppid)` from `/proc/PID/stat` (the fields after the command
+/// name, which is parenthesised and may itself hold spaces or parentheses).
+fn stat_fields(pid: i32) -> Option<(char, i32)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text)
+}
+
+fn parse_stat(text: &str) -> Option<(char, i32)> {
+    let after = &text[text.rfind(')')? + 1..];
+    let mut fields = after.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// A zombie has exited already; it is reaped, not killed (and not counted).
+fn is_zombie(pid: i32) -> bool {
+    matches!(stat_fields(pid), Some(('Z', _)))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_are_parsed_after_the_last_parenthesis() {
+        assert_eq!(parse_stat("42 (sh) S 7 42 42 0 -1 4194560"), Some(('S', 7)));
+        assert_eq!(parse_stat("43 (a) b) (c) Z 1 43 43 0"), Some(('Z', 1)));
+        assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_stat("1 (x)"), None);
+    }
+
+    #[test]
+    fn our_own_children_are_listed() {
+        let mut child = Command::new("/bin/sleep").arg("5").spawn().unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        let listed = children();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(listed.contains(&pid), "{pid} not in {listed:?}");
+        assert!(!is_zombie(i32::try_from(std::process::id()).unwrap()));
+    }
+}
