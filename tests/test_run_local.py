@@ -41,7 +41,7 @@ def test_inside_write_succeeds_outside_refused_record_names_bubblewrap(
     assert outside.read_text() == "original\n"
     assert "OUTSIDE-WROTE" not in r.out
     assert "TMPDIR-OK" in r.out and "RETURN-OK" in r.out
-    assert (wd / ".saphan" / "tmp" / "t").exists()
+    assert (wd / ".saphan-run" / "tmp" / "t").exists()
     rec = saphan.ok("runs", "show", "last", "--json").json()
     assert isinstance(rec, dict)
     assert rec["enforced_by"]["mechanism"] == "bubblewrap"
@@ -56,8 +56,8 @@ def test_inside_write_succeeds_outside_refused_record_names_bubblewrap(
     assert rec["agent"] == {"path": sh, "sha256": hashlib.sha256(Path(sh).read_bytes()).hexdigest()}
     assert rec["session_ordinal"] == 0
     assert rec["started_at"] <= rec["finished_at"]
-    key = str(saphan.home / "record.key")
-    assert key in rec["policy"]["read_denials"]
+    # The whole workspace (key, config, store, other runs) is hidden inside the jail.
+    assert os.path.realpath(saphan.home) in rec["policy"]["hidden"]
     run_dir = saphan.home / "runs" / rec["id"]
     assert (run_dir / "record.json").exists()
     assert "RETURN-OK" in (run_dir / "stdout.log").read_text()

@@ -55,7 +55,7 @@ def test_run_commits_on_its_branch_visible_from_main_repo(s: Saphan, repo: Path)
     log = _git(repo, "log", "--format=%s", wt["branch"])
     assert log.splitlines()[0] == "from the run"
     assert _git(repo, "rev-parse", wt["branch"]).strip() == wt["head_after"]
-    assert ".saphan/" in (repo / ".git" / "info" / "exclude").read_text()
+    assert ".saphan-run/" in (repo / ".git" / "info" / "exclude").read_text()
     # the main worktree was not touched
     assert _git(repo, "status", "--porcelain") == ""
     assert _git(repo, "rev-parse", "HEAD").strip() == base

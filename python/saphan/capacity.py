@@ -12,11 +12,17 @@ Nothing here waits: there is no loop beyond the one retry.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from saphan.liveness import Holder, Liveness, RemoteCheck, check
 from saphan.refusals import Refusal
 from saphan.store import Store
 from saphan.store.rows import RunRow, Slot
+from saphan.timefmt import now_iso
+
+#: Returns the workspace record key (Workspace.record_key), read only when a
+#: dead holder's record is to be signed.
+KeySource = Callable[[], bytes]
 
 
 def holder_of(run: RunRow) -> Holder:
@@ -32,26 +38,40 @@ def holder_liveness(run: RunRow, remote: RemoteCheck | None = None) -> Liveness:
 
 
 def recover_dead_holders(
-    store: Store, slot: Slot, remote: RemoteCheck | None = None
+    store: Store, slot: Slot, remote: RemoteCheck | None = None,
+    record_key: KeySource | None = None,
 ) -> list[tuple[RunRow, Liveness]]:
     """Test every live run on the slot; finalise the dead ones by id.
 
+    Each finalised record is signed with ``record_key()`` (records.py). The
+    engine always passes it; without it (store-level callers: tests, benches)
+    the record is written unsigned and reads back flagged "missing".
     Returns the runs still holding, with their liveness ("alive" or "unknown").
     """
     holding: list[tuple[RunRow, Liveness]] = []
     for run in store.live_runs(slot.machine, slot.name):
         life = holder_liveness(run, remote)
         if life.state == "dead":
-            record = run.record()
-            record.setdefault("notes", []).append(
-                f"finalised by conflict handling: holder dead ({life.evidence})"
-            )
-            record["outcome"] = "holder-dead"
+            note = f"finalised by conflict handling: holder dead ({life.evidence})"
+            finished_at = now_iso()
+            if record_key is not None:
+                from saphan.records import finalised_record_json
+
+                record_json = finalised_record_json(
+                    record_key(), run, outcome="holder-dead", note=note, finished_at=finished_at
+                )
+            else:
+                record = run.record()
+                record.pop("record_signature", None)  # it would no longer verify
+                record.setdefault("notes", []).append(note)
+                record["outcome"] = "holder-dead"
+                record_json = json.dumps(record, sort_keys=True)
             store.finalize(
                 run.id,
                 state="ended",
                 outcome="holder-dead",
-                record_json=json.dumps(record, sort_keys=True),
+                record_json=record_json,
+                finished_at=finished_at,
             )
         else:
             holding.append((run, life))
@@ -60,9 +80,12 @@ def recover_dead_holders(
 
 def reserve_seat(
     store: Store, slot: Slot, *, run_id: str, tool: str, workdir: str | None, holder: Holder,
-    remote: RemoteCheck | None = None,
+    remote: RemoteCheck | None = None, record_key: KeySource | None = None,
 ) -> int:
-    """The ordinal this run holds, or the ``seat-full`` refusal."""
+    """The ordinal this run holds, or the ``seat-full`` refusal.
+
+    ``record_key`` signs the records of dead holders finalised on the way.
+    """
     args = dict(
         run_id=run_id, machine=slot.machine, slot=slot.name, capacity=slot.capacity,
         tool=tool, workdir=workdir, holder=holder.as_tuple(),
@@ -70,7 +93,8 @@ def reserve_seat(
     ordinal = store.reserve(**args)  # type: ignore[arg-type]
     if ordinal is not None:
         return ordinal
-    tested = {run.id: life for run, life in recover_dead_holders(store, slot, remote)}
+    tested = {run.id: life
+              for run, life in recover_dead_holders(store, slot, remote, record_key)}
     ordinal = store.reserve(**args)  # type: ignore[arg-type]
     if ordinal is not None:
         return ordinal

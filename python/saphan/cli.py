@@ -15,6 +15,7 @@ import click
 
 if TYPE_CHECKING:
     from saphan.engine import Engine
+    from saphan.records import RunRecord
 
 EXIT_FAILED = 1
 
@@ -577,20 +578,38 @@ def runs() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def runs_list(ctx: click.Context, limit: int, as_json: bool) -> None:
-    """List recent runs, newest first."""
+    """List recent runs, newest first.
+
+    Every record is verified against the workspace record key. The SIG column
+    reads valid, pending (a live run, signed when it ends), or — flagged —
+    !invalid (edited, or written under another key) or !missing (no
+    signature); --json carries the same as each run's "signature" object.
+    Flagged rows are listed, never hidden, and named again on stderr; the exit
+    status stays 0 (`saphan runs show ID` says why, and exits 3 for one).
+    """
     records = _engine(ctx).runs(limit)
+    flagged = [r for r in records if r.signature_flagged]
     if as_json:
         _emit_json([r.data for r in records])
-        return
-    rows = []
-    for r in records:
-        d = r.data
-        enforced = (d.get("enforced_by") or {}).get("mechanism", "-")
-        rows.append([d["id"], d["machine"], d["slot"], d.get("session_ordinal"), d["started_at"],
-                     d.get("outcome") or d.get("state"),
-                     d.get("exit_code") if d.get("exit_code") is not None
-                     else (d.get("refusal") or {}).get("class", ""), enforced])
-    _table(["id", "machine", "slot", "ord", "started", "outcome", "exit/class", "enforced"], rows)
+    else:
+        rows = []
+        for r in records:
+            d = r.data
+            enforced = (d.get("enforced_by") or {}).get("mechanism", "-")
+            rows.append([d["id"], d["machine"], d["slot"], d.get("session_ordinal"),
+                         d["started_at"], d.get("outcome") or d.get("state"),
+                         d.get("exit_code") if d.get("exit_code") is not None
+                         else (d.get("refusal") or {}).get("class", ""), enforced,
+                         f"!{r.signature}" if r.signature_flagged else r.signature])
+        _table(["id", "machine", "slot", "ord", "started", "outcome", "exit/class", "enforced",
+                "sig"], rows)
+    if flagged:
+        verb = "does" if len(flagged) == 1 else "do"
+        click.echo(
+            f"record-signature-invalid: {len(flagged)} of the {len(records)} records listed "
+            f"{verb} not verify against the workspace key (marked !invalid / !missing): "
+            f"{', '.join(r.id for r in flagged)}; see `saphan runs show ID`", err=True,
+        )
 
 
 @runs.command("show")
@@ -598,12 +617,55 @@ def runs_list(ctx: click.Context, limit: int, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
-    """Show one run's record (ID, a unique prefix, or `last`)."""
+    """Show one run's record (ID, a unique prefix, or `last`).
+
+    The record is verified against the workspace record key (HMAC-SHA256)
+    and the row's columns are held against the signed values. A record that
+    does not verify is still shown in full, flagged by a first line naming
+    the refusal class; with --json, by its "signature" object ("status",
+    "class", "message", "remediation"):
+
+    \b
+      record-signature-invalid: this record does not verify against the
+      workspace key (edited, or written under another key)
+
+    \b
+    Exit status:
+      0  the record verifies (valid), or the run is live and its record
+         is not written yet (pending: signed when it ends)
+      3  it does not (invalid: edited, written under another key, or a
+         column disagrees with what was signed; missing: no signature,
+         e.g. written by an older build) -- the record is still printed
+    """
+    from saphan.refusals import EXIT_CODE as REFUSAL_EXIT
+
     record = _engine(ctx).run_record(run_id)
     if as_json:
         click.echo(record.to_json())
-        return
+    else:
+        try:
+            _show_record(record)
+        except (KeyError, TypeError, AttributeError, IndexError):
+            if not record.signature_flagged:
+                raise
+            # An edited record need not have the shape saphan writes: show it as stored.
+            click.echo("record (not in the shape saphan writes; as stored):")
+            click.echo(record.to_json())
+    if record.signature_flagged:
+        ctx.exit(REFUSAL_EXIT)
+
+
+def _show_record(record: RunRecord) -> None:
+    from saphan.records import INVALID_HEADLINE, MISSING_HEADLINE
+
     d = record.data
+    verified = d.get("signature") or {}
+    if record.signature_flagged:
+        click.echo(INVALID_HEADLINE if record.signature == "invalid" else MISSING_HEADLINE)
+        click.echo(f"  why:       {verified.get('message')}")
+        for m in verified.get("mismatched") or []:
+            click.echo(f"  mismatch:  {m['column']}: row {m['row']!r}, signed {m['signed']!r}")
+        click.echo(f"  fix:       {verified.get('remediation')}")
     enforced = d.get("enforced_by")
     click.echo(f"run:         {d['id']}")
     click.echo(f"machine:     {d['machine']}  slot: {d['slot']}  ordinal: {d.get('session_ordinal')}")
@@ -652,6 +714,13 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         click.echo(f"refusal:     [{d['refusal']['class']}] {d['refusal']['message']}")
     for note in d.get("notes") or []:
         click.echo(f"note:        {note}")
+    if record.signature == "valid":
+        click.echo("signature:   valid (HMAC-SHA256 with the workspace record key; the row's "
+                   "columns match)")
+    elif record.signature == "pending":
+        click.echo("signature:   pending (a live run: its record is signed when it ends)")
+    else:
+        click.echo(f"signature:   {record.signature.upper()} (see the first line)")
 
 
 @runs.command("finalize")
@@ -662,7 +731,8 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 def runs_finalize(ctx: click.Context, run_id: str, reason: str) -> None:
     """End a live run's row by hand (recorded). Use when a holder is stuck."""
     record = _engine(ctx).finalize(run_id, reason=reason)
-    click.echo(f"finalised run {record.id} (outcome {record.outcome})")
+    click.echo(f"finalised run {record.id} (outcome {record.outcome}; record signature "
+               f"{record.signature})")
 
 
 # -- permission classes -----------------------------------------------------------

@@ -8,16 +8,25 @@ next conflict handling on the slot recovers it (capacity.py).
 
 from __future__ import annotations
 
-import json
 import os
+import re
+import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from saphan import worktrees
+from saphan.confine import environment, nofollow, protected
 from saphan.confine.compose import Boundary, compose_landlock_local, compose_local
-from saphan.confine.grants import derive, git_layout
+from saphan.confine.grants import (
+    LinkedWorktree,
+    NotGrantable,
+    derive,
+    make_run_dirs,
+    verify_linked_worktree,
+)
 from saphan.confine.policy import Policy
-from saphan.refusals import Refusal
+from saphan.refusals import CLASSES, Refusal
 from saphan.store.rows import Slot
 from saphan.timefmt import now_iso
 from saphan.tools.binaries import check_pin
@@ -27,6 +36,7 @@ if TYPE_CHECKING:
     from saphan.engine import Engine
     from saphan.records import RunRecord
     from saphan.tools.adapter import Adapter
+    from saphan.tools.permission_class import PermissionClass
     from saphan.worktrees import RepoSpec
 
 #: What each mechanism does not restrict, written into every record it enforces.
@@ -61,6 +71,7 @@ def execute_local(
     repo: RepoSpec | None = None,
     keep_worktree: bool = True,
     adapter: Adapter | None = None,
+    command_class: PermissionClass | None = None,
 ) -> RunRecord:
     """``adapter`` (an agent tool) composes ``argv`` from the derived policy
     and may confine itself (tools/adapter.py); the argv guard then checks the
@@ -71,6 +82,8 @@ def execute_local(
     record: dict[str, Any] = {**base, "started_at": now_iso(), "enforced_by": None}
     end = RunEnd()
     was_dumpable = False
+    wt_git_dir: str | None = None
+    allowed: tuple[str, ...] = ()
     try:
         agent = base.get("agent") or {}
         if slot.agent_sha256 is not None:
@@ -81,22 +94,42 @@ def execute_local(
         run_dir = ws.run_dir(run_id)
         out_dir = run_dir / "out"
         out_dir.mkdir(parents=True, exist_ok=True)
+        pc = adapter.instruction.permission_class if adapter is not None else command_class
+        allowed = pc.writable_protected if pc is not None else ()
         if repo is not None:
             # Outside the boundary, before it: the kernel would refuse this inside.
             branch = worktrees.create(repo, wd, run_id)
             record["worktree"] = {"repo": repo.toplevel, "path": wd, "branch": branch,
                                   "base": repo.base, "base_ref": repo.base_ref}
+            linked = _verified_worktree(wd, repo.common_dir)
+            wt_git_dir = linked.git_dir
+            exclude_note = worktrees.ignore_scratch(repo.common_dir)
         else:
-            layout = git_layout(wd)
-            if layout is not None:
-                worktrees.ignore_scratch(layout.common_dir)
+            linked = None
+            exclude_note = None
+            if nofollow.lexists_plain(os.path.join(wd, ".git")) == "dir":
+                exclude_note = worktrees.ignore_scratch(os.path.join(wd, ".git"))
+        before = protected.snapshot(wd)
         policy = derive(
             wd,
             return_path=str(out_dir),
             session_dirs=adapter.session_dirs() if adapter is not None else (),
-            read_denials=(str(ws.key_path), str(ws.config_path),
+            read_denials=(str(ws.key_path), str(ws.config_path), *_identity_files(engine),
                           *(adapter.read_denials() if adapter is not None else ())),
+            hidden_dirs=_hidden_workspaces(ws.home),
+            readonly_paths=(*protected.carve_outs(wd, allowed),
+                            *(adapter.exposed_paths() if adapter is not None else ())),
+            worktree=linked,
         )
+        if exclude_note is not None:
+            policy = replace(policy, notes=(*policy.notes, exclude_note))
+        if policy.workdir != os.path.abspath(wd):
+            # Named through a link (which an earlier run may have planted):
+            # what is granted is the resolved directory, and the operator hears it.
+            via = (f"the working directory {wd} resolves through a symbolic link to "
+                   f"{policy.workdir}; that directory is what this run may write")
+            policy = replace(policy, notes=(*policy.notes, via))
+            _warn(stream, via)
         vendor = adapter.vendor_boundary(policy) if adapter is not None else None
         if vendor is not None:
             boundary = vendor
@@ -105,7 +138,7 @@ def execute_local(
             boundary = _compose_landlock(engine, slot.machine, policy, agent_sha256)
         else:
             boundary = compose_local(policy, run_dir=str(run_dir))
-        os.makedirs(policy.scratch_dir, exist_ok=True)
+        _make_run_dirs(policy, objects=linked is not None)
         if adapter is not None:
             argv = adapter.argv(policy)
         record.update(
@@ -122,10 +155,15 @@ def execute_local(
         if adapter is not None:
             record.update({"argv": argv, **adapter.record(policy)})
             adapter.guard([*boundary.prefix, *argv])
-        env = dict(os.environ)
-        env["TMPDIR"] = policy.scratch_dir
-        env["SAPHAN_RUN_ID"] = run_id
-        env["SAPHAN_RETURN_PATH"] = str(out_dir)
+        built = environment.build(
+            os.environ,
+            allow=adapter.env_allowed() if adapter is not None else (
+                command_class.credentials if command_class is not None else ()),
+            set_vars={"TMPDIR": policy.scratch_dir, "SAPHAN_RUN_ID": run_id,
+                      "SAPHAN_RETURN_PATH": str(out_dir), **dict(policy.setenv)},
+        )
+        env = built.env
+        record["environment"] = {"passed": list(built.passed), "set": list(built.set)}
         secret = None
         if adapter is not None:
             env = adapter.environment(env)
@@ -141,10 +179,15 @@ def execute_local(
         finished = local.run(
             [*boundary.prefix, *argv], cwd=wd, run_dir=str(run_dir), env=env,
             stream=stream, stdin_path=adapter.stdin_path if adapter is not None else None,
-            stdin_bytes=secret, time_limit=limit,
+            stdin_bytes=secret, time_limit=limit, status_fd=boundary.status_fd,
         )
+        # Every process of the run is gone here (its PID namespace ended with
+        # it, or the launcher reaped what was left): only now is it recorded.
         end.exited(finished.exit_code)
         record["output"] = {"stdout": finished.stdout_path, "stderr": finished.stderr_path}
+        if finished.status_path is not None:
+            record["output"]["status"] = finished.status_path
+            _launcher_status(boundary, finished.status_path, record, end)
         if adapter is not None:
             facts = adapter.after_run(finished.stdout_path)
             record.update(facts)
@@ -154,8 +197,11 @@ def execute_local(
             record["notes"] = [*record["notes"], (
                 f"the engine killed the run at its time limit ({limit:.0f} s): the tool had "
                 "not ended within its own budget")]
-        if boundary.mechanism == "landlock":
-            record["enforced_by"]["confirmation"] = _confirmation(finished.stderr_path)
+        changes = protected.changes(before, protected.snapshot(wd))
+        if changes:
+            record["protected_changes"] = changes
+            _warn(stream, "this run changed files other tools load or execute: " + ", ".join(
+                f"{c['name']} ({c['what']})" for c in changes))
     except BaseException as e:
         end.absorb(e, record)
         raise
@@ -163,7 +209,13 @@ def execute_local(
         if was_dumpable:
             local.set_dumpable(True)
         if repo is not None and "worktree" in record:
-            _settle_worktree(record["worktree"], repo, wd, keep_worktree)
+            try:
+                _settle_worktree(record["worktree"], repo, wd, keep_worktree,
+                                 git_dir=wt_git_dir, run_dir=str(ws.run_dir(run_id)),
+                                 run_id=run_id, allowed=allowed, stream=stream)
+            except Exception as e:  # the row is finalised whatever happened here
+                record["worktree"]["settle_error"] = f"{type(e).__name__}: {e}"
+                _warn(stream, f"the run's worktree could not be settled: {e}")
         finish_run(engine, record, end)
     return engine.run_record(run_id)
 
@@ -206,12 +258,17 @@ class RunEnd:
 
 
 def finish_run(engine: Engine, record: dict[str, Any], end: RunEnd) -> None:
-    """Finalise a run's row by id and write its record file (every lane ends here)."""
+    """Finalise a run's row by id and write its record file (every lane ends here).
+
+    The record is signed with the workspace record key and carries every
+    column the row gets (records.SIGNED_COLUMNS), finished_at included.
+    """
     record.update({"finished_at": now_iso(), "outcome": end.outcome,
                    "exit_code": end.exit_code, "state": end.state})
     engine.store.finalize(
         record["id"], state=end.state, outcome=end.outcome, exit_code=end.exit_code,
-        refusal_class=end.refusal_class, record_json=json.dumps(record, sort_keys=True),
+        refusal_class=end.refusal_class, record_json=engine.signed_record_json(record),
+        finished_at=record["finished_at"],
     )
     engine.write_record_file(record)
 
@@ -247,9 +304,21 @@ def _compose_landlock(engine: Engine, machine: str, policy: Policy, agent_sha256
     )
 
 
-def _settle_worktree(info: dict[str, Any], repo: RepoSpec, wd: str, keep: bool) -> None:
-    """Record where the run left its branch; remove the worktree unless kept."""
-    info["head_after"] = worktrees.head(wd)
+def _settle_worktree(info: dict[str, Any], repo: RepoSpec, wd: str, keep: bool, *,
+                     git_dir: str | None, run_dir: str, run_id: str,
+                     allowed: tuple[str, ...], stream: bool) -> None:
+    """Import the run's commits (worktrees.import_run), record where its
+    branch is; remove the worktree unless kept."""
+    if git_dir is not None:
+        imported = worktrees.import_run(repo, git_dir, wd, run_dir, run_id,
+                                        allowed_protected=allowed)
+        info["import"] = imported
+        info["head_after"] = imported.get("head", repo.base)
+        if imported["result"] == "refused":
+            _warn(stream, f"the run's commits were NOT imported onto {info['branch']}: "
+                          f"{imported['why']}")
+    else:
+        info["head_after"] = None
     info["kept"] = keep
     if not keep:
         try:
@@ -259,11 +328,97 @@ def _settle_worktree(info: dict[str, Any], repo: RepoSpec, wd: str, keep: bool) 
             info["remove_error"] = str(e)
 
 
-def _confirmation(stderr_path: str) -> str | None:
-    """The launcher's own line, as printed on the far side of the exec."""
-    with open(stderr_path, "rb") as f:
-        for raw in f:
-            line = raw.decode(errors="replace").rstrip("\n")
-            if line.startswith("saphan-launcher: landlock "):
-                return line
-    return None
+def _verified_worktree(wd: str, common_dir: str) -> LinkedWorktree:
+    try:
+        return verify_linked_worktree(wd, common_dir)
+    except NotGrantable as e:
+        raise Refusal(
+            "workdir-unsafe",
+            f"the worktree saphan just made at {wd} is not a genuine linked worktree of "
+            f"{common_dir}: {e}; no git grant is made from it",
+            "check the repository for links planted in its .git (`find <repo>/.git -type l`) "
+            "and run again",
+        ) from None
+
+
+def _make_run_dirs(policy: Policy, *, objects: bool) -> None:
+    try:
+        make_run_dirs(policy, objects=objects)
+    except nofollow.PlantedLink as e:
+        raise Refusal(
+            "workdir-unsafe",
+            f"saphan's scratch directory cannot be made in {policy.workdir}: {e}",
+            f"remove {e.path} (an earlier run may have planted it) and run again",
+        ) from None
+
+
+def _hidden_workspaces(home: Any) -> tuple[str, ...]:
+    """This workspace, and the default one when another is in use: the jail
+    sees neither (the run's own paths in them are bound back)."""
+    out = [os.path.realpath(home)]
+    default = os.path.realpath(os.path.expanduser("~/.saphan"))
+    if default not in out and os.path.isdir(default):
+        out.append(default)
+    return tuple(out)
+
+
+def _identity_files(engine: Engine) -> tuple[str, ...]:
+    """Every SSH machine's private key: unreadable inside every jail."""
+    return tuple(m.identity_file for m in engine.machines() if m.identity_file)
+
+
+def _warn(stream: bool, message: str) -> None:
+    print(f"saphan: {message}", file=sys.stderr, flush=True)
+
+
+#: the launcher's control lines (status.log)
+_CONFIRM = re.compile(r"^saphan-launcher: landlock abi=(\d+) enforced writable=\[(.*?)\]"
+                      r"(?: scopes=\[(.*?)\])?$")
+_REFUSED = re.compile(r"^saphan-launcher: refused \[([a-z-]+)\] (.*)$")
+_EXITED = re.compile(r"^saphan-launcher: exited code=(-?\d+) reaped=(\d+)$")
+
+
+def _launcher_status(boundary: Boundary, path: str, record: dict[str, Any], end: RunEnd) -> None:
+    """What the launcher confirmed, from its own descriptor (nothing the run
+    prints reaches it). The record never claims more than these lines."""
+    with open(path, "rb") as f:
+        lines = [raw.decode(errors="replace").rstrip("\n") for raw in f.read(1 << 16).splitlines()]
+    record["enforced_by"]["status_lines"] = lines
+    for line in lines:
+        m = _REFUSED.match(line)
+        if m:
+            cls, message = m.group(1), m.group(2)
+            record["enforced_by"] = None
+            if cls in CLASSES:
+                raise Refusal(cls, f"saphan-launcher refused: {message}",
+                              f"see the `{cls}` row of docs/refusals.md")
+            record["notes"] = [*record["notes"], f"the launcher refused: {line}"]
+            end.outcome = "failed"
+            return
+    exited = next((m for m in map(_EXITED.match, lines) if m), None)
+    if exited is not None:
+        record["processes_killed_at_end"] = int(exited.group(2))
+    else:
+        record["processes_killed_at_end"] = None
+        record["notes"] = [*record["notes"], "the launcher did not report how the run ended; "
+                           "processes killed at the end are not counted"]
+    if boundary.mechanism != "landlock":
+        return
+    confirm = next((m for m in map(_CONFIRM.match, lines) if m), None)
+    want = boundary.policy.writable_set()
+    if confirm is None or [p for p in confirm.group(2).split(",") if p] != want:
+        claimed = record["enforced_by"]
+        record["enforced_by"] = None
+        record["not_enforced"] = {
+            "claimed_by_composition": claimed,
+            "why": ("saphan-launcher printed no confirmation line" if confirm is None else
+                    f"the launcher confirmed writable=[{confirm.group(2)}], not the policy's "
+                    f"[{','.join(want)}]"),
+        }
+        record["notes"] = [*record["notes"], "NOT ENFORCED: the kernel's confirmation of the "
+                           "Landlock domain is missing or differs from the policy"]
+        if end.outcome == "exited":
+            end.outcome = "failed"
+        return
+    record["enforced_by"]["confirmation"] = confirm.group(0)
+    record["enforced_by"]["scopes"] = [s for s in (confirm.group(3) or "").split(",") if s]

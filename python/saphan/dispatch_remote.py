@@ -30,7 +30,6 @@ decides (unreachable counts as alive: refuse rather than double-book).
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import shlex
@@ -104,7 +103,7 @@ def run_remote(
     try:
         ordinal = reserve_seat(
             engine.store, slot, run_id=base["id"], tool=slot.tool, workdir=wd, holder=holder,
-            remote=engine.remote_liveness(machine),
+            remote=engine.remote_liveness(machine), record_key=engine.workspace.record_key,
         )
     except Refusal as refusal:
         engine._record_refused(base, slot.tool, holder, refusal)
@@ -253,7 +252,7 @@ def execute_remote(
                 f"(pid {far.get('pid')}) ran; the seat stays held by it until conflict handling "
                 "finds it dead or `saphan runs finalize` ends it"
             )]
-            store.set_record(run_id, json.dumps({**record, "state": "running"}, sort_keys=True))
+            store.set_record(run_id, engine.signed_record_json({**record, "state": "running"}))
             engine.write_record_file({**record, "state": "running"})
         else:
             finish_run(engine, record, end)

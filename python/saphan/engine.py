@@ -36,6 +36,7 @@ from saphan.tools import AGENT_TOOLS, DISPATCHABLE, TOOLS
 if TYPE_CHECKING:
     from saphan import lanes as lanes_mod
     from saphan import liveness, worktrees
+    from saphan.tools import permission_class
     from saphan.tools.launch import Request as AgentRequest
     from saphan.transport.ssh import SSHConnection
 from saphan.workspace import Workspace
@@ -496,10 +497,39 @@ class Engine:
 
     # -- runs ------------------------------------------------------------------
     def runs(self, limit: int = 50) -> list[RunRecord]:
-        return [RunRecord.from_row(r) for r in self.store.list_runs(limit)]
+        """The newest runs, each verified against the record key: a record
+        that does not verify is returned flagged (``RunRecord.signature``)."""
+        rows = self.store.list_runs(limit)
+        if not rows:
+            return []  # no key read, no hashing: an empty list stays cheap
+        key = self.workspace.record_key()
+        return [RunRecord.from_row(r, key) for r in rows]
 
     def run_record(self, run_id: str) -> RunRecord:
-        return RunRecord.from_row(self._find_run(run_id))
+        """One run's record (id, unique prefix or "last"), verified against the
+        record key; check ``.signature`` ("valid" / "invalid" / "missing" / "pending")."""
+        row = self._find_run(run_id)
+        return RunRecord.from_row(row, self.workspace.record_key())
+
+    def signed_record_json(self, record: dict[str, Any]) -> str:
+        """``record`` signed with the workspace record key, as the store keeps it.
+
+        Every writer of a run's record_json goes through here. Should the key
+        fail its custody check (a run checks it before it starts, so only a
+        key changed mid-run), the record is still written — the row must be
+        finished — unsigned, with a note naming why: it reads back flagged
+        "missing", never as valid.
+        """
+        from saphan.records import signed_record_json
+
+        try:
+            return signed_record_json(self.workspace.record_key(), record)
+        except Refusal as e:
+            record["notes"] = [*(record.get("notes") or []),
+                               f"this record is not signed: the record key failed its custody "
+                               f"check when it was written ({e.message})"]
+            record.pop("record_signature", None)
+            return json.dumps(record, sort_keys=True)
 
     def _find_run(self, run_id: str) -> RunRow:
         if run_id == "last":
@@ -522,14 +552,16 @@ class Engine:
         row = self._find_run(run_id)
         if not row.live:
             raise UserError(f"run {row.id} already finished at {row.finished_at}")
-        record = row.record()
-        record.setdefault("notes", []).append(
-            f"finalised by `saphan runs finalize` at {now_iso()} (uid {os.getuid()}): {reason}"
+        from saphan.records import finalised_record_json
+
+        now = now_iso()
+        record_json = finalised_record_json(
+            self.workspace.record_key(), row, outcome="finalized-by-operator", finished_at=now,
+            note=f"finalised by `saphan runs finalize` at {now} (uid {os.getuid()}): {reason}",
         )
-        record["outcome"] = "finalized-by-operator"
         self.store.finalize(
-            row.id, state="ended", outcome="finalized-by-operator",
-            record_json=json.dumps(record, sort_keys=True),
+            row.id, state="ended", outcome="finalized-by-operator", record_json=record_json,
+            finished_at=now,
         )
         return self.run_record(row.id)
 
@@ -592,6 +624,12 @@ class Engine:
         m = self.machine(machine)
         base["tool"] = s.tool
         base["confinement_setting"] = mode
+        try:
+            # Custody now: a run whose record could not be signed does not start.
+            self.workspace.record_key()
+        except Refusal as refusal:
+            self._record_refused(base, s.tool, holder, refusal)
+            raise
         if s.tool not in DISPATCHABLE:
             raise UserError(
                 f"slot {slot!r} runs tool {s.tool!r}, which this build of saphan cannot dispatch "
@@ -622,8 +660,9 @@ class Engine:
         if request is not None and s.tool in AGENT_TOOLS:
             return self._run_agent(s, base, wd, holder, request, mode, stream=stream,
                                    boundary=boundary, spec=spec, keep_worktree=keep_worktree)
+        command_class = None
         if request is not None and request.permission_class is not None:
-            _check_command_class(request.permission_class, command[0])
+            command_class = _check_command_class(request.permission_class, command[0])
         resolved = shutil.which(command[0], path=os.environ.get("PATH"))
         if resolved is None:
             raise UserError(f"command {command[0]!r} not found on PATH; give its absolute path")
@@ -636,7 +675,8 @@ class Engine:
 
         try:
             ordinal = reserve_seat(
-                self.store, s, run_id=run_id, tool=s.tool, workdir=wd, holder=holder
+                self.store, s, run_id=run_id, tool=s.tool, workdir=wd, holder=holder,
+                record_key=self.workspace.record_key,
             )
         except Refusal as refusal:
             self._record_refused(base, s.tool, holder, refusal)
@@ -645,6 +685,7 @@ class Engine:
         return execute_local(
             self, s, base, command, wd, stream=stream, boundary_choice=boundary,
             agent_sha256=base["agent"]["sha256"], repo=spec, keep_worktree=keep_worktree,
+            command_class=command_class,
         )
 
     def _run_agent(
@@ -666,7 +707,8 @@ class Engine:
         base["agent"] = adapter.binary.as_record()
         try:
             ordinal = reserve_seat(
-                self.store, s, run_id=base["id"], tool=s.tool, workdir=wd, holder=holder
+                self.store, s, run_id=base["id"], tool=s.tool, workdir=wd, holder=holder,
+                record_key=self.workspace.record_key,
             )
         except Refusal as refusal:
             self._record_refused(base, s.tool, holder, refusal)
@@ -700,23 +742,31 @@ class Engine:
     def _record_refused(
         self, base: dict[str, Any], tool: str, holder: liveness.Holder, refusal: Refusal
     ) -> None:
+        # Every column the row will carry is in the signed record (records.py
+        # holds them against each other when the record is read).
         record = {
-            **base, "tool": tool, "outcome": "refused", "refusal": refusal.as_dict(),
-            "enforced_by": None, "finished_at": now_iso(),
+            **base, "tool": tool, "state": "refused", "outcome": "refused", "exit_code": None,
+            "session_ordinal": None, "refusal": refusal.as_dict(), "enforced_by": None,
+            "finished_at": now_iso(),
         }
         self.store.insert_refused_run(
             run_id=base["id"], machine=base["machine"], slot=base["slot"], tool=tool,
             workdir=base.get("workdir"), holder=holder.as_tuple(),
-            refusal_class=refusal.cls, record_json=json.dumps(record, sort_keys=True),
+            refusal_class=refusal.cls, record_json=self.signed_record_json(record),
+            at=record["finished_at"],
         )
         refusal.run_id = base["id"]
 
     def write_record_file(self, record: dict[str, Any]) -> Path:
+        """runs/<id>/record.json, signed like the store's copy (the same
+        ``record_signature`` when it is the same record; unsigned, as in
+        :meth:`signed_record_json`, only if the key fails its custody check)."""
         run_dir = self.workspace.run_dir(record["id"])
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / "record.json"
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        signed = json.loads(self.signed_record_json(dict(record)))
+        tmp.write_text(json.dumps(signed, indent=2, sort_keys=True) + "\n")
         tmp.replace(path)
         return path
 
@@ -768,7 +818,7 @@ def _check_request_fits(
         raise UserError("nothing to run: give the command after `--`")
 
 
-def _check_command_class(path: str, argv0: str) -> None:
+def _check_command_class(path: str, argv0: str) -> permission_class.PermissionClass:
     """A command slot's permission class: the command's base name, exact token."""
     from saphan.tools import permission_class
 
@@ -779,6 +829,7 @@ def _check_command_class(path: str, argv0: str) -> None:
             f"{', '.join(pc.commands) or '(none)'} (exact base name); "
             f"{os.path.basename(argv0)!r} is not one of them"
         )
+    return pc
 
 
 def _probe_value(name: str, transport: str, stdout: str, stderr: str, code: int) -> dict[str, Any]:

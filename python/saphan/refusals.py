@@ -30,7 +30,10 @@ CLASSES: dict[str, str] = {
     "seat-full": "no free ordinal on the slot after conflict handling",
     "egress-uncuttable": "a run declares an egress policy and this host cannot cut the network",
     "egress-unsupported-lane": "egress policy on a Landlock host (no network lever in this build)",
-    "record-signature-invalid": "a machine row's signature does not verify",
+    "record-signature-invalid": (
+        "a machine row's or a run record's signature does not verify (a run record is shown, "
+        "flagged, never hidden)"
+    ),
     "container-ineligible": (
         "the cast names an image digest and no fresh probe-confirmed docker-oci row matches"
     ),
@@ -48,6 +51,10 @@ CLASSES: dict[str, str] = {
     "policy-invalid": "a permission class or launcher policy is malformed",
     "session-dir-foreign": "the preflight reported a session dir that is not this run's own leaf",
     "workdir-missing": "the working directory does not exist",
+    "workdir-unsafe": (
+        "a path saphan was about to create, read or grant in the working directory holds a "
+        "planted link or is not what saphan made (named in the message)"
+    ),
 }
 
 

@@ -1,25 +1,63 @@
-"""Per-run git worktrees, made and removed OUTSIDE the boundary.
+"""Per-run git worktrees: made before the boundary, imported after it.
 
-``saphan run --repo PATH`` gives each run a linked worktree on its own
-namespaced branch ``saphan/<run-id>`` under ``$SAPHAN_HOME/worktrees/``. The
-branch is namespaced so the derived grants (confine/grants.py) can give it a
-narrow ref grant and the run can commit; inside the boundary ``git worktree
-add`` is refused by the kernel, which is why the engine makes it beforehand.
+``saphan run --repo PATH`` gives each run a linked worktree under
+``$SAPHAN_HOME/worktrees/<run-id>``, on a DETACHED head at the base commit.
+Inside the jail the repository is read-only whole (objects, refs, config,
+hooks); the run commits on its own HEAD in its worktree's git dir and
+writes new objects into its own object directory (``.saphan-run/objects``,
+with the repository's store as a read-only alternate). Nothing it writes
+reaches the repository until saphan, after the run, imports it:
 
-The scratch directory ``.saphan/`` is ignored through the repository's
-``info/exclude`` (shared by its worktrees), never by editing tracked files.
+1. the run's HEAD is read without following links and must be a bare
+   object id (a symbolic ref is a foreign ref: not imported);
+2. the run's object directory must hold only object and pack files (no
+   links, no alternates of its own, nothing else);
+3. a bare repository saphan makes in the run's directory borrows the run's
+   objects and the repository's store, and the repository FETCHES the run's
+   head from it with ``transfer.fsckObjects``: git's pack protocol re-hashes
+   every object it receives and checks the commit is connected, so a forged
+   or corrupt object fails the import loudly;
+4. onto ``refs/heads/saphan/<run-id>`` only — unless the run's commits touch
+   a protected path (confine/protected.py) its permission class does not
+   name, in which case nothing is imported and the record says which;
+5. the worktree's git dir is then put back into a state saphan wrote: every
+   file the run could have written there is removed, HEAD names the branch,
+   and the index is rebuilt from the imported commit by git itself.
+
+Every git command saphan runs here disables hooks and fsmonitor, and reads
+only the repository's own (operator's) configuration.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import stat
 import subprocess
+from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
+from saphan.confine import nofollow
+from saphan.confine.grants import OBJECTS, RUN_DIR_NAME
 from saphan.errors import UserError
 
 BRANCH_NAMESPACE = "saphan"
-EXCLUDE_LINE = ".saphan/"
+EXCLUDE_LINE = f"{RUN_DIR_NAME}/"
+
+#: git must never execute anything on saphan's behalf in these repositories
+_SAFE = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+         "-c", "core.commitGraph=false", "-c", "core.multiPackIndex=false",
+         "-c", "pack.useBitmaps=false", "-c", "protocol.file.allow=always")
+_OID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+#: entries a run's object directory may hold (relative paths)
+#: (what `git gc` leaves there too: commit-graph, bitmaps, multi-pack-index —
+#: accepted as files, never read: saphan's git runs with them switched off)
+_OBJECT_FILE = re.compile(
+    r"^(?:[0-9a-f]{2}/[0-9a-f]{38,62}"
+    r"|pack/pack-[0-9a-f]{40,64}\.(?:pack|idx|rev|keep|mtimes|bitmap)"
+    r"|pack/multi-pack-index|info/packs|info/commit-graph)$")
 
 
 @dataclass(frozen=True)
@@ -30,21 +68,29 @@ class RepoSpec:
     base_ref: str
 
 
-def _git(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          check=False)
+def _git(*args: str, cwd: str | None = None,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *_SAFE, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, check=False, env=env)
+
+
+def _git_env() -> dict[str, str]:
+    """The environment for saphan's own git commands: none of the run's or a
+    caller's GIT_* variables (object dirs, alternates) leak in."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
 
 
 def resolve_repo(repo: str, base_ref: str | None) -> RepoSpec:
     """Validate ``--repo``/``--base`` before anything is reserved or written."""
     path = os.path.abspath(os.path.expanduser(repo))
     top = _git("-C", path, "rev-parse", "--path-format=absolute", "--show-toplevel",
-               "--git-common-dir")
+               "--git-common-dir", env=_git_env())
     if top.returncode != 0:
         raise UserError(f"--repo {repo}: not a git repository ({top.stderr.strip()})")
     toplevel, common = top.stdout.splitlines()[:2]
     ref = base_ref or "HEAD"
-    base = _git("-C", toplevel, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    base = _git("-C", toplevel, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}",
+                env=_git_env())
     if base.returncode != 0:
         raise UserError(f"--base {ref}: no such commit in {toplevel}; give a branch, tag or SHA")
     return RepoSpec(os.path.realpath(toplevel), os.path.realpath(common), base.stdout.strip(), ref)
@@ -55,38 +101,191 @@ def branch_for(run_id: str) -> str:
 
 
 def create(spec: RepoSpec, path: str, run_id: str) -> str:
-    """Make the worktree at ``path`` on ``saphan/<run_id>``; returns the branch."""
-    branch = branch_for(run_id)
+    """Make the worktree at ``path``, detached at the base; returns the branch
+    the run's commits will be imported onto."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    made = _git("-C", spec.toplevel, "worktree", "add", "-q", "-b", branch, path, spec.base)
+    made = _git("-C", spec.toplevel, "worktree", "add", "-q", "--detach", path, spec.base,
+                env=_git_env())
     if made.returncode != 0:
         raise RuntimeError(f"git worktree add failed: {made.stderr.strip()}")
-    ignore_scratch(spec.common_dir)
-    return branch
+    return branch_for(run_id)
 
 
-def ignore_scratch(common_dir: str) -> None:
-    """Add ``.saphan/`` to info/exclude once (the repository's, not a tracked file)."""
-    info = os.path.join(common_dir, "info")
-    os.makedirs(info, exist_ok=True)
-    exclude = os.path.join(info, "exclude")
+def ignore_scratch(common_dir: str) -> str | None:
+    """Add ``.saphan-run/`` to the repository's info/exclude once (never a
+    tracked file), without following a link; returns a note when a planted
+    link stopped it."""
     try:
-        with open(exclude) as f:
-            if EXCLUDE_LINE in (line.strip() for line in f):
-                return
-    except FileNotFoundError:
-        pass
-    with open(exclude, "a") as f:
-        f.write(f"\n# saphan's per-run scratch directory\n{EXCLUDE_LINE}\n")
+        info = nofollow.makedirs(common_dir, "info")
+        exclude = os.path.join(info, "exclude")
+        try:
+            text = nofollow.read_small(exclude, 1 << 20).decode("utf-8", "replace")
+        except FileNotFoundError:
+            text = ""
+        if EXCLUDE_LINE in (line.strip() for line in text.splitlines()):
+            return None
+        nofollow.append_line(exclude, f"\n# saphan's per-run scratch directory\n{EXCLUDE_LINE}")
+    except nofollow.PlantedLink as e:
+        return f"{RUN_DIR_NAME}/ was not added to info/exclude: {e}"
+    return None
 
 
 def head(path: str) -> str | None:
-    out = _git("-C", path, "rev-parse", "HEAD")
+    out = _git("-C", path, "rev-parse", "HEAD", env=_git_env())
     return out.stdout.strip() if out.returncode == 0 else None
 
 
 def remove(spec: RepoSpec, path: str) -> None:
     """Remove the worktree (the branch and its commits stay in the repository)."""
-    out = _git("-C", spec.toplevel, "worktree", "remove", "--force", path)
+    out = _git("-C", spec.toplevel, "worktree", "remove", "--force", path, env=_git_env())
     if out.returncode != 0:
         raise RuntimeError(f"git worktree remove failed: {out.stderr.strip()}")
+
+
+# -- after the run -------------------------------------------------------------
+
+class ImportRefused(Exception):
+    """The run's commits are not imported; ``str`` says why."""
+
+
+def run_head(git_dir: str) -> str:
+    """The run's HEAD: a bare object id, read without following links."""
+    try:
+        raw = nofollow.read_small(os.path.join(git_dir, "HEAD"), 256).decode("ascii").strip()
+    except (nofollow.PlantedLink, OSError, UnicodeDecodeError) as e:
+        raise ImportRefused(f"the run's HEAD cannot be read safely: {e}") from None
+    if not _OID.match(raw):
+        raise ImportRefused(
+            f"the run's HEAD is {raw[:80]!r}, not a commit id: a run commits on its detached "
+            "HEAD; a symbolic ref is a foreign ref and is not imported")
+    return raw
+
+
+def check_object_dir(objects: str) -> list[str]:
+    """The run's object directory holds only objects and packs; returns them."""
+    found: list[str] = []
+    try:
+        with nofollow.open_dir(objects) as top:
+            stack = [("", os.dup(top))]
+            while stack:
+                rel, fd = stack.pop()
+                try:
+                    for entry in os.scandir(fd):
+                        name = f"{rel}{entry.name}"
+                        st = entry.stat(follow_symlinks=False)
+                        if stat.S_ISDIR(st.st_mode):
+                            if rel:
+                                raise ImportRefused(f"unexpected directory {name} in the run's "
+                                                    "object directory")
+                            sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY
+                                          | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                            stack.append((name + "/", sub))
+                        elif stat.S_ISREG(st.st_mode) and _OBJECT_FILE.match(name):
+                            found.append(name)
+                        else:
+                            raise ImportRefused(
+                                f"{os.path.join(objects, name)} is not an object or pack file "
+                                "(links, alternates and other files are not imported)")
+                        if len(found) > 1_000_000:
+                            raise ImportRefused("the run's object directory holds over a "
+                                                "million files")
+                finally:
+                    os.close(fd)
+    except (nofollow.PlantedLink, FileNotFoundError) as e:
+        raise ImportRefused(f"the run's object directory cannot be walked safely: {e}") from None
+    return found
+
+
+def import_run(
+    spec: RepoSpec, wt_git_dir: str, workdir: str, run_dir: str, run_id: str,
+    *, allowed_protected: Collection[str] = (),
+) -> dict[str, Any]:
+    """Import the run's commits onto ``saphan/<run_id>``; always leaves the
+    worktree's git dir in saphan's own state. Returns the record's account:
+    ``result`` is "imported", "unchanged" or "refused" (with ``why``)."""
+    from saphan.confine import protected
+
+    branch = branch_for(run_id)
+    ref = f"refs/heads/{branch}"
+    out: dict[str, Any] = {"branch": branch, "base": spec.base}
+    env = _git_env()
+    try:
+        new = run_head(wt_git_dir)
+        out["run_head"] = new
+        if new == spec.base:
+            made = _git("-C", spec.toplevel, "update-ref", ref, spec.base, "", env=env)
+            if made.returncode != 0:
+                raise ImportRefused(f"git update-ref {ref}: {made.stderr.strip()}")
+            out.update({"result": "unchanged", "head": spec.base, "commits": 0})
+            return out
+        objects = os.path.join(workdir, OBJECTS)
+        out["object_files"] = len(check_object_dir(objects))
+        bare = os.path.join(run_dir, "import.git")
+        shutil.rmtree(bare, ignore_errors=True)
+        made = _git("init", "-q", "--bare", bare, env=env)
+        if made.returncode != 0:
+            raise ImportRefused(f"git init {bare}: {made.stderr.strip()}")
+        with open(os.path.join(bare, "objects", "info", "alternates"), "w") as f:
+            f.write(f"{objects}\n{os.path.join(spec.common_dir, 'objects')}\n")
+        with open(os.path.join(bare, "refs", "heads", "run"), "w") as f:
+            f.write(new + "\n")
+        fetched = _git("-C", spec.toplevel, "-c", "transfer.fsckObjects=true",
+                       "-c", "fetch.fsckObjects=true", "fetch", "-q", "--no-tags",
+                       "--no-write-fetch-head", "--no-recurse-submodules", "--no-auto-gc",
+                       "--no-auto-maintenance", bare, f"refs/heads/run:{ref}", env=env)
+        shutil.rmtree(bare, ignore_errors=True)
+        if fetched.returncode != 0:
+            raise ImportRefused(
+                f"git fetch refused the run's objects: {fetched.stderr.strip()[-600:]}")
+        got = _git("-C", spec.toplevel, "rev-parse", "--verify", "--quiet", ref, env=env)
+        if got.stdout.strip() != new:
+            raise ImportRefused(f"{ref} is {got.stdout.strip()!r} after the fetch, not {new}")
+        changed = _git("-C", spec.toplevel, "diff", "--no-ext-diff", "--no-textconv",
+                       "--name-only", "-z", spec.base, new, env=env)
+        touched = protected.touched_in_tree(
+            [p for p in changed.stdout.split("\0") if p], allowed_protected)
+        if touched:
+            _git("-C", spec.toplevel, "update-ref", "-d", ref, env=env)
+            raise ImportRefused(
+                "the run's commits change protected paths its permission class does not "
+                f"name: {', '.join(touched)} (files other tools load or execute); "
+                f"the commits stay in {objects} for inspection")
+        count = _git("-C", spec.toplevel, "rev-list", "--count", f"{spec.base}..{new}", env=env)
+        out.update({"result": "imported", "head": new,
+                    "commits": int(count.stdout.strip() or 0)})
+        shutil.rmtree(objects, ignore_errors=True)
+    except ImportRefused as e:
+        out.update({"result": "refused", "why": str(e)})
+        # The branch still names the base, so the worktree reads consistently.
+        if _git("-C", spec.toplevel, "rev-parse", "--verify", "--quiet", ref,
+                env=env).returncode != 0:
+            _git("-C", spec.toplevel, "update-ref", ref, spec.base, "", env=env)
+    finally:
+        out["git_dir_reset"] = reset_git_dir(wt_git_dir, ref, spec.toplevel)
+    return out
+
+
+#: what saphan keeps of a worktree's git dir after a run: git's own pointers
+#: (read-only inside the jail, so still what git wrote)
+_KEEP = frozenset({"commondir", "gitdir"})
+
+
+def reset_git_dir(git_dir: str, ref: str, toplevel: str) -> list[str]:
+    """Remove everything the run could have written in the worktree's git dir,
+    point HEAD at ``ref`` and rebuild the index from it. Returns the names
+    removed (besides HEAD, index and logs, which are always rewritten)."""
+    removed: list[str] = []
+    with nofollow.open_dir(git_dir) as d:
+        for entry in os.scandir(d):
+            if entry.name in _KEEP:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.name, dir_fd=d)
+            else:
+                os.unlink(entry.name, dir_fd=d)
+            if entry.name not in ("HEAD", "index", "logs", "ORIG_HEAD"):
+                removed.append(entry.name)
+    nofollow.write_replace(os.path.join(git_dir, "HEAD"), f"ref: {ref}\n".encode())
+    env = {**_git_env(), "GIT_DIR": git_dir, "GIT_INDEX_FILE": os.path.join(git_dir, "index")}
+    _git("read-tree", ref, env=env)
+    return sorted(removed)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from saphan.confine import bwrap, landlock, seatbelt
-from saphan.confine.grants import derive
+from saphan.confine.grants import NotGrantable, check_dir, derive, verify_linked_worktree
 from saphan.confine.policy import DEVICE_LITERALS, Policy
 
 POLICY = Policy(
@@ -19,7 +19,7 @@ POLICY = Policy(
     writable_literals=DEVICE_LITERALS,
     readonly_dirs=("/w/repo/.git",),
     read_denials=("/ws/record.key", "/ws/config.toml"),
-    scratch_dir="/w/repo/.saphan/tmp",
+    scratch_dir="/w/repo/.saphan-run/tmp",
 )
 
 
@@ -99,7 +99,7 @@ def test_seatbelt_golden() -> None:
 
 
 def test_landlock_rendering_carries_the_same_writable_set() -> None:
-    plain = Policy(workdir="/w", writable_dirs=("/w", "/o"), scratch_dir="/w/.saphan/tmp")
+    plain = Policy(workdir="/w", writable_dirs=("/w", "/o"), scratch_dir="/w/.saphan-run/tmp")
     value = json.loads(landlock.render(plain))
     assert value == {"version": 1, "workdir": "/w", "readable": "everything",
                      "writable": ["/w", "/o", *DEVICE_LITERALS]}
@@ -143,27 +143,70 @@ def test_main_worktree_git_dir_stays_read_only(tmp_path: Path) -> None:
     assert not any(".git" in d for d in policy.writable_dirs)
 
 
-def test_linked_worktree_namespaced_branch_grants(tmp_path: Path) -> None:
+def test_repo_worktree_grants_its_git_dir_only(tmp_path: Path) -> None:
+    """A --repo worktree (detached, made by saphan): its own git dir writable,
+    git's pointers read-only, the repository read-only whole, new objects in
+    the run's own object directory."""
     repo = _repo(tmp_path)
     wt = tmp_path / "wt"
-    _git("worktree", "add", "-q", "-b", "saphan/r1", str(wt), cwd=repo)
-    policy = derive(str(wt))
+    _git("worktree", "add", "-q", "--detach", str(wt), cwd=repo)
     common = repo / ".git"
-    assert set(policy.writable_dirs) == {
-        str(wt), str(common / "worktrees" / "wt"), str(common / "objects"),
-        str(common / "refs" / "heads" / "saphan"),
-        str(common / "logs" / "refs" / "heads" / "saphan"),
+    policy = derive(str(wt), worktree=verify_linked_worktree(str(wt), str(common)))
+    gd = common / "worktrees" / "wt"
+    assert set(policy.writable_dirs) == {str(wt), str(gd)}
+    assert set(policy.readonly_dirs) == {str(wt / ".git"), str(gd / "commondir"),
+                                         str(gd / "gitdir")}
+    assert dict(policy.setenv) == {
+        "GIT_OBJECT_DIRECTORY": str(wt / ".saphan-run" / "objects"),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(common / "objects"),
     }
-    assert (common / "logs" / "refs" / "heads" / "saphan").is_dir()
+    assert not any(str(common / "objects") == d or "refs" in d for d in policy.writable_dirs)
 
 
-def test_linked_worktree_plain_branch_cannot_commit(tmp_path: Path) -> None:
+def test_a_workdir_run_gets_no_git_grant_whatever_its_git(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     wt = tmp_path / "wt2"
-    _git("worktree", "add", "-q", "-b", "feature", str(wt), cwd=repo)
+    _git("worktree", "add", "-q", "-b", "saphan/feature", str(wt), cwd=repo)
     policy = derive(str(wt))
-    assert not any("refs" in d for d in policy.writable_dirs)
-    assert any("this run cannot commit: branch refs/heads/feature" in n for n in policy.notes)
+    assert policy.writable_dirs == (str(wt),)
+    assert policy.readonly_dirs == (str(wt / ".git"),)
+    assert any("cannot commit" in n for n in policy.notes)
+
+
+@pytest.mark.parametrize("layout", ["relative-link", "back-link-elsewhere", "commondir-elsewhere",
+                                    "gitdir-outside-common", "dot-git-link"])
+def test_worktree_lookalikes_are_not_verified(tmp_path: Path, layout: str) -> None:
+    """What a run can plant in its workdir never verifies as a worktree."""
+    repo = _repo(tmp_path)
+    common = repo / ".git"
+    wt = tmp_path / "wt"
+    _git("worktree", "add", "-q", "--detach", str(wt), cwd=repo)
+    gd = common / "worktrees" / "wt"
+    if layout == "relative-link":
+        fake = wt / ".x"
+        fake.mkdir()
+        (fake / "worktrees").symlink_to("../../..")
+        (wt / ".git").write_text(f"gitdir: {fake}/worktrees/wt\n")
+    elif layout == "back-link-elsewhere":
+        (gd / "gitdir").write_text(f"{tmp_path}/other/.git\n")
+    elif layout == "commondir-elsewhere":
+        (gd / "commondir").write_text(f"{tmp_path}\n")
+    elif layout == "gitdir-outside-common":
+        (wt / ".git").write_text(f"gitdir: {tmp_path}\n")
+    else:
+        (wt / ".git").unlink()
+        (wt / ".git").symlink_to(gd)
+    with pytest.raises(NotGrantable):
+        verify_linked_worktree(str(wt), str(common))
+
+
+def test_grant_rule_refuses_a_symlink_component(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(NotGrantable, match="link"):
+        check_dir(str(tmp_path / "link" / "sub"))
+    assert check_dir(str(real / "sub")) == str(real / "sub")
 
 
 def test_a_later_grant_cannot_re_expose_a_read_denial(tmp_path: Path) -> None:

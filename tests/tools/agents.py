@@ -65,7 +65,8 @@ class Worktree:
 
 @pytest.fixture
 def linked_worktree(tmp_path: Path) -> Worktree:
-    """A repository and a linked worktree on ``saphan/t1`` (as --repo makes)."""
+    """A repository and a linked worktree, detached at the base (as --repo
+    makes it); the run's commits are imported onto ``saphan/t1`` after it."""
     repo = tmp_path / "repo"
     repo.mkdir()
     git("init", "-q", "-b", "main", cwd=repo)
@@ -73,7 +74,7 @@ def linked_worktree(tmp_path: Path) -> Worktree:
     git("add", "README", cwd=repo)
     git("commit", "-q", "-m", "base", cwd=repo)
     wt = tmp_path / "wt"
-    git("worktree", "add", "-q", "-b", "saphan/t1", str(wt), cwd=repo)
+    git("worktree", "add", "-q", "--detach", str(wt), cwd=repo)
     return Worktree(repo, wt, "saphan/t1")
 
 

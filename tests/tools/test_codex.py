@@ -14,7 +14,8 @@ from agents import Worktree, agents_env, git
 from model_servers import ResponsesServer
 
 from conftest import Saphan
-from saphan.confine.grants import derive
+from saphan import worktrees
+from saphan.confine.grants import derive, make_run_dirs, verify_linked_worktree
 from saphan.tools import codex
 
 RUN = "01TESTRUN"
@@ -24,6 +25,7 @@ def test_composed_argv_whole_vector(tmp_path: Path) -> None:
     wd = tmp_path / "wd"
     wd.mkdir()
     (tmp_path / "key").write_text("k")
+    (tmp_path / "out").mkdir()
     policy = derive(str(wd), return_path=str(tmp_path / "out"),
                     read_denials=(str(tmp_path / "key"),))
     w, out, key = str(wd.resolve()), str((tmp_path / "out").resolve()), str(tmp_path / "key")
@@ -68,11 +70,19 @@ def test_codex_own_sandbox_with_the_composed_settings(
     worktrees stay read-only, a commit on the namespaced branch works, the
     read denial hides the key, and sockets are refused."""
     wt = linked_worktree.path
-    key = tmp_path / "record.key"
+    # A workspace as saphan lays it out: hidden whole, the run's return path
+    # under it granted back.
+    ws = tmp_path / "ws"
+    out_dir = ws / "runs" / "R" / "out"
+    out_dir.mkdir(parents=True)
+    key = ws / "record.key"
     key.write_text("SECRET-KEY")
-    policy = derive(str(wt), return_path=str(tmp_path / "out"), read_denials=(str(key),))
-    os.makedirs(policy.scratch_dir, exist_ok=True)
-    (tmp_path / "out").mkdir(exist_ok=True)
+    lane_key = tmp_path / "lane.key"  # a read denial outside the workspace
+    lane_key.write_text("LANE-KEY")
+    linked = verify_linked_worktree(str(wt), str(linked_worktree.repo / ".git"))
+    policy = derive(str(wt), return_path=str(out_dir), read_denials=(str(key), str(lane_key)),
+                    hidden_dirs=(str(ws),), worktree=linked)
+    make_run_dirs(policy, objects=True)
     home = tmp_path / "home"
     home.mkdir()
     invoking_tmp = Path(codex_home) / "invoking-tmpdir"  # outside the workdir, not /tmp
@@ -92,6 +102,10 @@ touch {common}/config && echo CONFIG-WROTE
 touch {common}/hooks/pre-commit && echo HOOK-WROTE
 mkdir {common}/worktrees/evil && echo WORKTREE-ADDED
 cat {key} && echo KEY-READ
+cat {lane_key} && echo LANE-KEY-READ
+ls {ws} && echo WS-LISTED
+echo r > {out_dir}/ret && echo RETURN-OK
+printf 'gitdir: /tmp\n' > .git && echo DOTGIT-WROTE
 git add inside.txt && git -c user.email=t@e -c user.name=t commit -q -m agent && echo COMMITTED
 python3 -c 'import socket; socket.create_connection(("127.0.0.1", 9), 2)' 2>&1 | tail -1
 echo WALK-FROM-$$-PARENT-$PPID; p=$PPID
@@ -105,12 +119,14 @@ done
     settings = codex.settings(policy, run_id=RUN, model=None)
     before_cfg = (common / "config").read_bytes()
     r = _sandbox(codex_bin, codex_home, wt, settings, script,
-                 {"HOME": str(home), "TMPDIR": policy.scratch_dir})
+                 {"HOME": str(home), "TMPDIR": policy.scratch_dir, **dict(policy.setenv)})
     out = r.stdout
     assert "INSIDE-OK" in out and "SCRATCH-OK" in out and "COMMITTED" in out, r.stderr
+    assert "RETURN-OK" in out, r.stderr
     for escaped in ("TMP-WROTE", "OUTSIDE-WROTE", "HOME-WROTE", "INVOKING-TMPDIR-WROTE",
                     "SLASH-TMP-WROTE", "CONFIG-WROTE", "HOOK-WROTE", "WORKTREE-ADDED",
-                    "KEY-READ", "PROC-ROOT-WROTE", "PROC-ROOT-KEY"):
+                    "KEY-READ", "LANE-KEY-READ", "WS-LISTED", "DOTGIT-WROTE",
+                    "PROC-ROOT-WROTE", "PROC-ROOT-KEY"):
         assert escaped not in out, (escaped, out, r.stderr)
     assert "SECRET-KEY" not in out
     # The ancestor walk ran: Codex's sandbox gives the command a PID namespace
@@ -123,6 +139,12 @@ done
     assert not Path(f"/tmp/saphan-codex-probe-{os.getpid()}").exists()
     assert (common / "config").read_bytes() == before_cfg
     assert not (common / "worktrees" / "evil").exists()
+    # The commit is the run's own (detached HEAD, its own object directory)
+    # until saphan imports it onto the run's branch.
+    spec = worktrees.RepoSpec(str(linked_worktree.repo), str(common),
+                              git("rev-parse", "main", cwd=linked_worktree.repo).strip(), "main")
+    imported = worktrees.import_run(spec, linked.git_dir, str(wt), str(tmp_path), "t1")
+    assert imported["result"] == "imported", imported
     assert "agent" in git("log", "-1", "--format=%s", linked_worktree.branch,
                           cwd=linked_worktree.repo)
 

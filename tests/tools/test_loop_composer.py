@@ -60,10 +60,17 @@ def test_loop_gets_the_tools_jail_plus_the_blinding(saphan_sqlite: Saphan,
     for field in ("mechanism", "version", "executable", "executable_sha256"):
         assert loop["enforced_by"][field] == cmd["enforced_by"][field]
     lp, cp = _without_run(loop["policy"], loop["id"]), _without_run(cmd["policy"], cmd["id"])
-    blinding = [str(s.home / "lanes.toml"), *(str(k) for k in keys)]
-    assert lp["read_denials"] == cp["read_denials"] + blinding  # all lanes, not just "b"
-    assert {k: v for k, v in lp.items() if k != "read_denials"} == {
-        k: v for k, v in cp.items() if k != "read_denials"}
+    # lanes.toml is hidden with the whole workspace (on both); every lane's
+    # key file is denied by name (all lanes, not just "b").
+    assert lp["hidden"] == cp["hidden"] and str(s.home / "lanes.toml").startswith(lp["hidden"][0])
+    blinding = [str(k) for k in keys]
+    assert lp["read_denials"] == cp["read_denials"] + blinding
+    # ...and the loop reads its spec file from under the hidden workspace.
+    assert lp["readonly_within_writable"] == [
+        *cp["readonly_within_writable"], str(s.home / "runs" / "<run>" / "loop-spec.json")]
+    differ = ("read_denials", "readonly_within_writable")
+    assert {k: v for k, v in lp.items() if k not in differ} == {
+        k: v for k, v in cp.items() if k not in differ}
     assert lp["writable_dirs"] == [str(wd.resolve()), str(s.home / "runs" / "<run>" / "out")]
     # The denials are the last word in the rendered boundary (applied last).
     argv = loop["boundary_argv"]

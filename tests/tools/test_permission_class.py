@@ -1,6 +1,6 @@
 """Permission classes (SPEC.md §8): accepted versions, mixed versions, exact
-command tokens, absolute paths, credentials by name; a fuzzed parser; and
-`saphan policy check` through the real CLI."""
+command tokens, absolute paths, credentials by name, writable protected names
+(schema 3); a fuzzed parser; and `saphan policy check` through the real CLI."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import Saphan
+from saphan.confine import protected
 from saphan.refusals import Refusal
 from saphan.tools.permission_class import ACCEPTED, FIELDS, parse
 
@@ -22,6 +23,10 @@ V1: dict[str, Any] = {"schema": 1, "name": "edit", "commands": ["git", "sh"],
 V2: dict[str, Any] = {"schema": 2, "name": "plan", "allowed_commands": ["git"],
                       "write_scope": ["/srv/work"], "network": "open", "credentials": [],
                       "permission_mode": "plan"}
+V3: dict[str, Any] = {"schema": 3, "name": "tasks", "allowed_commands": ["git"],
+                      "write_scope": ["/srv/work"], "network": "off", "credentials": [],
+                      "permission_mode": "acceptEdits",
+                      "writable_protected": [".vscode", ".envrc", ".vscode"]}
 
 
 def refused(data: object) -> Refusal:
@@ -30,19 +35,31 @@ def refused(data: object) -> Refusal:
     return e.value
 
 
-def test_both_accepted_versions_load() -> None:
-    assert ACCEPTED == (1, 2)
-    one, two = parse(V1), parse(V2)
+def test_every_accepted_version_loads() -> None:
+    assert ACCEPTED == (1, 2, 3)
+    one, two, three = parse(V1), parse(V2), parse(V3)
     assert one.commands == ("git", "sh") and one.network == "off"
     assert one.credentials == ("ANTHROPIC_API_KEY",)
     assert two.commands == ("git",) and two.permission_mode == "plan"
+    assert three.commands == ("git",) and three.permission_mode == "acceptEdits"
+    # Versions 1 and 2 cannot name a protected entry: none is writable.
+    assert one.writable_protected == () and two.writable_protected == ()
+    assert three.writable_protected == (".vscode", ".envrc")
+    assert three.as_record()["writable_protected"] == [".vscode", ".envrc"]
+    assert two.as_record()["writable_protected"] == []
 
 
-@pytest.mark.parametrize("schema", [0, 3, 99, -1, "1", 1.0, None, True, [1]])
+def test_version_3_is_version_2_plus_writable_protected() -> None:
+    assert FIELDS[3] == FIELDS[2] | {"writable_protected"}
+    without = {k: v for k, v in V3.items() if k != "writable_protected"}
+    assert parse(without).writable_protected == ()
+
+
+@pytest.mark.parametrize("schema", [0, 4, 99, -1, "1", 1.0, None, True, [1]])
 def test_unknown_versions_are_refused(schema: object) -> None:
     r = refused({**V1, "schema": schema})
     assert r.cls == "policy-schema-unknown"
-    assert "1, 2" in r.message
+    assert "1, 2, 3" in r.message
 
 
 def test_missing_version_is_refused() -> None:
@@ -55,6 +72,9 @@ def test_missing_version_is_refused() -> None:
     (1, V1, {"permission_mode": "plan"}),
     (1, V1, {"allowed_commands": ["git"]}),
     (2, V2, {"commands": ["git"]}),
+    (2, V2, {"writable_protected": [".vscode"]}),
+    (1, V1, {"writable_protected": [".vscode"]}),
+    (3, V3, {"commands": ["git"]}),
 ])
 def test_every_mixed_version_shape_is_refused(claims: int, base: dict[str, Any],
                                               foreign: dict[str, Any]) -> None:
@@ -71,6 +91,31 @@ def test_every_mixed_version_shape_is_refused(claims: int, base: dict[str, Any],
 ])
 def test_malformed_fields_are_invalid(bad: dict[str, Any]) -> None:
     assert refused({**V1, **bad}).cls == "policy-invalid"
+
+
+@pytest.mark.parametrize("bad", [
+    {"writable_protected": ".vscode"}, {"writable_protected": [".vscode/settings.json"]},
+    {"writable_protected": ["src"]}, {"writable_protected": [".VSCODE"]},
+    {"writable_protected": ["/abs/.envrc"]}, {"writable_protected": [""]},
+    {"writable_protected": [1]}, {"writable_protected": [".saphan"]},
+])
+def test_writable_protected_names_only_protected_entries(bad: dict[str, Any]) -> None:
+    r = refused({**V3, **bad})
+    assert r.cls == "policy-invalid"
+    assert "writable_protected" in r.message
+
+
+def test_every_protected_name_may_be_named() -> None:
+    pc = parse({**V3, "writable_protected": list(protected.NAMES)})
+    assert pc.writable_protected == protected.NAMES
+
+
+@pytest.mark.parametrize("name", ["SSH_AUTH_SOCK", "TMPDIR", "SAPHAN_HOME", "SAPHAN_RUN_ID"])
+def test_credentials_that_never_reach_a_run_are_invalid(name: str) -> None:
+    """Naming one would look like passing it; the environment never does."""
+    for base in (V1, V2, V3):
+        r = refused({**base, "credentials": ["ANTHROPIC_API_KEY", name]})
+        assert r.cls == "policy-invalid" and name in r.message
 
 
 def test_bypass_modes_are_not_representable() -> None:
@@ -111,6 +156,8 @@ def test_fuzzed_values_load_or_refuse_by_name_never_crash(data: object) -> None:
     assert pc.schema in ACCEPTED
     assert all(p.startswith("/") for p in pc.write_scope)
     assert all("/" not in c for c in pc.commands)
+    assert set(pc.writable_protected) <= set(protected.NAMES)
+    assert pc.schema == 3 or pc.writable_protected == ()
 
 
 def test_policy_check_cli(saphan_sqlite: Saphan, tmp_path: Path) -> None:
@@ -118,6 +165,16 @@ def test_policy_check_cli(saphan_sqlite: Saphan, tmp_path: Path) -> None:
     good.write_text(json.dumps(V2))
     out = saphan_sqlite.ok("policy", "check", str(good)).out
     assert "schema 2" in out and "git" in out and "network: open" in out and "plan" in out
+    assert "protected entries a run may change: none" in out
+    three = tmp_path / "three.json"
+    three.write_text(json.dumps(V3))
+    out = saphan_sqlite.ok("policy", "check", str(three)).out
+    assert "schema 3" in out and "protected entries a run may change: .vscode, .envrc" in out
+    mixed2 = tmp_path / "mixed2.json"
+    mixed2.write_text(json.dumps({**V2, "writable_protected": [".envrc"]}))
+    r = saphan_sqlite("policy", "check", str(mixed2))
+    assert r.code == 3 and "refused [policy-schema-mixed]" in r.err
+    assert "writable_protected" in r.err and "schema 3" in r.err
     mixed = tmp_path / "mixed.json"
     mixed.write_text(json.dumps({**V1, "permission_mode": "plan"}))
     r = saphan_sqlite("policy", "check", str(mixed))

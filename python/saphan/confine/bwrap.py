@@ -2,16 +2,22 @@
 
 Order is the security property, and bubblewrap applies its arguments in order:
 1. ``--ro-bind / /``: everything read-only (recursively, submounts too);
-2. ``--bind D D`` for each writable directory and literal;
-3. ``--ro-bind D D`` for read-only carve-outs inside a writable directory;
-4. read denials LAST (``--ro-bind /dev/null FILE``, ``--tmpfs DIR`` then
+2. ``--tmpfs D`` for each hidden directory (saphan's workspaces): the jail
+   sees an empty directory there, so the run's own paths below it can be
+   bound again and nothing else of it is reachable;
+3. ``--bind D D`` for each writable directory and literal;
+4. ``--ro-bind P P`` for read-only carve-outs inside a writable directory,
+   then ``--remount-ro`` of each hidden directory's tmpfs;
+5. read denials LAST (``--ro-bind /dev/null FILE``, ``--tmpfs DIR`` then
    ``--remount-ro DIR``): a later bind at the same path would override an
    earlier denial, so a denial must be the last word about its path.
 Capabilities are dropped so root inside cannot remount its way out; the jail
 gets its own user namespace even when saphan runs as root (else bubblewrap's
-parent process is a way out through /proc/<pid>/root — measured); no PID
-namespace (the design keeps /proc shared), the session is new (no TIOCSTI
-into the operator's terminal) and the jail dies with its parent.
+parent process is a way out through /proc/<pid>/root — measured) and its own
+PID namespace with a fresh /proc: nothing inside can see or signal a process
+outside, and when the command ends the namespace ends with everything in it.
+The session is new (no TIOCSTI into the operator's terminal) and the jail
+dies with its parent.
 """
 
 from __future__ import annotations
@@ -23,9 +29,12 @@ from saphan.confine.policy import Policy
 
 def render(policy: Policy, bwrap: str = "bwrap") -> list[str]:
     """The whole boundary: bubblewrap enforces writes and read denials."""
-    argv = [bwrap, "--ro-bind", "/", "/"]
+    early, late = _hidden_split(policy)
+    argv = [bwrap, "--ro-bind", "/", "/", *_hide(early)]
     for d in policy.writable_dirs:
         argv += ["--bind", d, d]
+    argv += _hide(late)
+    argv += _bind_back(policy, late)
     for lit in policy.writable_literals:
         # The ro-bind of / is nodev: a device is usable only when bound again
         # with --dev-bind (absent devices, e.g. no /dev/tty, are skipped).
@@ -35,20 +44,53 @@ def render(policy: Policy, bwrap: str = "bwrap") -> list[str]:
 
 
 def render_outer(policy: Policy, bwrap: str = "bwrap") -> list[str]:
-    """Only the carve-outs and read denials, around a boundary that enforces
-    writes by other means (saphan-launcher's Landlock domain on the local
-    Landlock lane). Landlock grants reads everywhere and cannot make a
+    """Only the hiding, carve-outs and read denials, around a boundary that
+    enforces writes by other means (saphan-launcher's Landlock domain on the
+    local Landlock lane). Landlock grants reads everywhere and cannot make a
     directory read-only inside a writable one; the mount namespace can.
     """
-    argv = [bwrap, "--dev-bind", "/", "/"]
+    argv = [bwrap, "--dev-bind", "/", "/", *_hide(policy.hidden_dirs)]
+    # Writes are Landlock's to refuse; these binds only bring the run's own
+    # paths back from under a hidden workspace.
+    argv += _bind_back(policy, policy.hidden_dirs)
     argv += _carve_outs_and_denials(policy)
     return argv + _tail(policy)
+
+
+def _hidden_split(policy: Policy) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Hidden dirs to mount before the writable binds, and those inside a
+    writable dir (a workspace under the workdir), mounted after them — a bind
+    of the workdir would otherwise cover the hiding tmpfs."""
+    late = tuple(h for h in policy.hidden_dirs
+                 if any(_within(h, w) and h != w for w in policy.writable_dirs))
+    return tuple(h for h in policy.hidden_dirs if h not in late), late
+
+
+def _bind_back(policy: Policy, hidden: tuple[str, ...]) -> list[str]:
+    argv: list[str] = []
+    for d in policy.writable_dirs:
+        if any(_within(d, h) for h in hidden):
+            argv += ["--bind", d, d]
+    return argv
+
+
+def _hide(dirs: tuple[str, ...]) -> list[str]:
+    argv: list[str] = []
+    for d in dirs:
+        argv += ["--perms", "0700", "--tmpfs", d]
+    return argv
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _carve_outs_and_denials(policy: Policy) -> list[str]:
     argv: list[str] = []
     for d in policy.readonly_dirs:
         argv += ["--ro-bind", d, d]
+    for d in policy.hidden_dirs:
+        argv += ["--remount-ro", d]
     for path in policy.read_denials:
         if os.path.isdir(path):
             argv += ["--tmpfs", path, "--remount-ro", path]
@@ -66,6 +108,11 @@ def _tail(policy: Policy) -> list[str]:
         # each other, and /proc/<that pid>/root is the host's whole filesystem,
         # read AND write. Across user namespaces that check fails.
         "--unshare-user",
+        # Its own PID namespace and /proc: no process inside can see or
+        # signal one outside, and none outlives the run (the namespace ends
+        # when its first process does; saphan-launcher reaps and counts).
+        "--unshare-pid",
+        "--proc", "/proc",
         "--die-with-parent",
         "--new-session",
         "--cap-drop", "ALL",
@@ -73,5 +120,7 @@ def _tail(policy: Policy) -> list[str]:
     ]
     if policy.scratch_dir:
         argv += ["--setenv", "TMPDIR", policy.scratch_dir]
+    for name, value in policy.setenv:
+        argv += ["--setenv", name, value]
     argv.append("--")
     return argv

@@ -30,6 +30,9 @@ class Boundary:
     prefix: list[str]
     policy: Policy
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the descriptor (in the child) saphan-launcher writes its control lines
+    #: to; None when no launcher runs inside (Seatbelt, Codex's own sandbox)
+    status_fd: int | None = None
 
     def record(self) -> dict[str, Any]:
         return {
@@ -106,15 +109,69 @@ def _usable_bwrap() -> _Bwrap:
                   _native.sha256_file(exe))
 
 
+#: the child's descriptor for saphan-launcher's control lines (a pipe only
+#: saphan reads; the launcher closes it before the command starts, so nothing
+#: the run prints can pass for a launcher line)
+STATUS_FD = 3
+
+
+def _launcher() -> Any:
+    from saphan import launcher
+
+    ident = launcher.identity()
+    if ident is None:
+        raise Refusal(
+            "confinement-unavailable",
+            "saphan-launcher is not installed with this saphan, so no run can be reaped "
+            "(every process of a run ends with it) or confined by Landlock",
+            "reinstall saphan (ci/setup builds and packages the launcher): "
+            "`saphan launcher path` must print its path",
+        )
+    return ident
+
+
+def _reaper() -> Any:
+    """saphan-launcher as the jail's first process (``reap``), after its
+    custody is measured here, outside the jail's user namespace — inside it a
+    root-owned file shows as the overflow uid and the launcher cannot tell
+    (so ``reap`` leaves its custody to this check)."""
+    from saphan import _native
+
+    ident = _launcher()
+    shape = ("the launcher must be root- or your own, 0755, in a directory only its owner "
+             "can write")
+    try:
+        found = _native.check_binary_custody(ident.path)
+    except OSError as e:
+        raise Refusal(
+            "custody-binary-unsafe",
+            f"saphan-launcher (the jail's reaper): the custody of {ident.path} cannot be "
+            f"measured ({e})",
+            f"reinstall saphan; {shape}",
+        ) from None
+    if found is not None:
+        raise Refusal(
+            "custody-binary-unsafe",
+            f"saphan-launcher (the jail's reaper): {found['message']}",
+            f"{found['remediation']}; {shape}",
+        )
+    return ident
+
+
 def _bubblewrap(policy: Policy) -> Boundary:
     b = _usable_bwrap()
+    reaper = _reaper()
     return Boundary(
         mechanism="bubblewrap",
         version=b.version,
         executable=b.exe,
         executable_sha256=b.sha256,
-        prefix=bwrap.render(policy, b.exe),
+        prefix=[*bwrap.render(policy, b.exe), reaper.path, "reap",
+                "--status-fd", str(STATUS_FD), "--"],
         policy=policy,
+        extra={"reaper": {"executable": reaper.path, "sha256": reaper.sha256,
+                          "version": reaper.version}},
+        status_fd=STATUS_FD,
     )
 
 
@@ -134,25 +191,27 @@ def compose_landlock_local(
     bubblewrap that only carves those out — so every jail on the control plane
     still hides the workspace key and config.
     """
-    write_policy = replace(policy, read_denials=(), readonly_dirs=())
+    write_policy = replace(policy, read_denials=(), readonly_dirs=(), hidden_dirs=())
     policy_json = landlock.render(write_policy, agent_sha256=agent_sha256)
-    outer: list[str] = []
     extra: dict[str, Any] = {"abi": level, "policy_json": policy_json}
-    if policy.read_denials or policy.readonly_dirs:
-        b = _usable_bwrap()
-        outer = bwrap.render_outer(policy, b.exe)
-        extra["read_denials_and_carve_outs_by"] = {
-            "mechanism": "bubblewrap", "version": b.version, "executable": b.exe,
-            "executable_sha256": b.sha256,
-        }
+    # The outer bubblewrap is always there: it hides the workspaces, keeps the
+    # carve-outs and read denials, and gives the jail its own PID namespace.
+    b = _usable_bwrap()
+    outer = bwrap.render_outer(policy, b.exe)
+    extra["read_denials_and_carve_outs_by"] = {
+        "mechanism": "bubblewrap", "version": b.version, "executable": b.exe,
+        "executable_sha256": b.sha256,
+    }
     return Boundary(
         mechanism="landlock",
         version=f"abi {level}",
         executable=launcher_path,
         executable_sha256=launcher_sha256,
-        prefix=[*outer, launcher_path, "exec", "--policy", policy_json, "--"],
+        prefix=[*outer, launcher_path, "exec", "--status-fd", str(STATUS_FD),
+                "--policy", policy_json, "--"],
         policy=policy,
         extra={"launcher_version": launcher_version, **extra},
+        status_fd=STATUS_FD,
     )
 
 

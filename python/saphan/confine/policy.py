@@ -20,14 +20,23 @@ class Policy:
     writable_dirs: tuple[str, ...]
     #: single files writable (devices; on macOS, not-yet-existing ref locks)
     writable_literals: tuple[str, ...] = DEVICE_LITERALS
-    #: directories inside a writable dir that stay read-only (the main .git)
+    #: paths (directories or files) that stay read-only inside a writable
+    #: directory: a main worktree's .git, a linked worktree's .git file and
+    #: its git dir's commondir/gitdir, protected files (confine/protected.py)
     readonly_dirs: tuple[str, ...] = ()
+    #: directories hidden whole (an empty read-only tmpfs on top) BEFORE any
+    #: grant is bound: saphan's workspaces; the run's own paths under them
+    #: (return path, worktree) are bound again afterwards
+    hidden_dirs: tuple[str, ...] = ()
     #: files/dirs unreadable inside the jail; applied LAST by every renderer
     read_denials: tuple[str, ...] = ()
     #: "open": network egress is not restricted (no run declares egress yet)
     network: str = "open"
     #: TMPDIR for the tool, inside the working directory
     scratch_dir: str = ""
+    #: variables the derivation sets for the run (a --repo run's own object
+    #: directory: GIT_OBJECT_DIRECTORY, GIT_ALTERNATE_OBJECT_DIRECTORIES)
+    setenv: tuple[tuple[str, str], ...] = ()
     #: what the derivation could not grant, in words, for the record
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -41,6 +50,8 @@ class Policy:
             "writable_literals": list(self.writable_literals),
             "readonly_within_writable": list(self.readonly_dirs),
             "read_denials": list(self.read_denials),
+            "hidden": list(self.hidden_dirs),
+            "setenv": dict(self.setenv),
             "network": "not restricted" if self.network == "open" else self.network,
             "scratch_dir": self.scratch_dir,
         }

@@ -20,6 +20,13 @@ def render(policy: Policy) -> str:
         "(allow default)",
         "(deny file-write*)",
     ]
+    if policy.hidden_dirs:
+        # saphan's workspaces: unreadable, then the run's own paths under them
+        # readable again (the last matching rule wins).
+        hidden = [f"(subpath {_q(d)})" for d in policy.hidden_dirs]
+        lines.append("(deny file-read* file-write*\n    " + "\n    ".join(hidden) + ")")
+        back = [f"(subpath {_q(d)})" for d in (*policy.writable_dirs, *policy.readonly_dirs)]
+        lines.append("(allow file-read*\n    " + "\n    ".join(back) + ")")
     allows = [f"(subpath {_q(d)})" for d in policy.writable_dirs]
     allows += [f"(literal {_q(lit)})" for lit in policy.writable_literals]
     if allows:

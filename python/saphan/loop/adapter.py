@@ -10,9 +10,11 @@ What it adds is the blinding (docs/loop.md):
 - the key crosses on a pipe: :meth:`stdin_bytes` is written into a pipe whose
   read end is the jailed loop's stdin (transport/local.py), never argv or an
   environment;
-- the environment given to the jail has every lane's credential variable
-  removed by name (and any variable whose value holds the key), including
-  one the operator's own shell exported.
+- the environment given to the jail is the base allow-list only
+  (confine/environment.py: :meth:`env_allowed` adds nothing), and on top of
+  that every lane's credential variable is removed by name (and any variable
+  whose value holds a lane's key), including one the operator's own shell
+  exported.
 
 The engine confines the loop whatever ``run.confinement`` says: the loop has
 no sandbox of its own to hand confinement to.
@@ -91,7 +93,18 @@ class LoopAdapter(Adapter):
     def read_denials(self) -> tuple[str, ...]:
         return self.hidden
 
+    def exposed_paths(self) -> tuple[str, ...]:
+        # The loop's spec (written by argv(), in the hidden run directory).
+        return (self.spec_path,)
+
+    def env_allowed(self) -> tuple[str, ...]:
+        # Nothing beyond the base: the key crosses on a pipe, and a permission
+        # class's credentials are not used by the loop (docs/loop.md).
+        return ()
+
     def environment(self, env: dict[str, str]) -> dict[str, str]:
+        # Defence in depth on the built (allow-listed) environment: no lane's
+        # variable by name, and no variable whose value holds a lane's key.
         from saphan.loop.agent import scrubbed
 
         return scrubbed(env, self.scrub_env,
@@ -121,7 +134,10 @@ class LoopAdapter(Adapter):
         out["lane"] = {"name": self.lane.name, "base_url": self.lane.base_url,
                        "model": self.lane.model, "credential_env": self.lane.credential_env}
         out["blinding"] = {
-            "read_denied": [p for p in self.hidden if p in policy.read_denials],
+            # denied by name, or hidden with saphan's workspace (lanes.toml)
+            "read_denied": [p for p in self.hidden if p in policy.read_denials
+                            or any(p == h or p.startswith(h.rstrip("/") + "/")
+                                   for h in policy.hidden_dirs)],
             "env_scrubbed": list(self.scrub_env),
             "credential_channel": CHANNEL_NOTE,
         }

@@ -158,9 +158,12 @@ class Store:
         holder: tuple[str, int, int | None, str | None],
         refusal_class: str,
         record_json: str,
+        at: str | None = None,
     ) -> None:
+        """A run refused before it held an ordinal, born finished at ``at``
+        (default now): pass the time its signed ``record_json`` names."""
         host, pid, start_ticks, boot_id = holder
-        now = now_iso()
+        now = at or now_iso()
         self.db.execute(
             q.INSERT_REFUSED_RUN,
             (run_id, machine, slot, now, now, host, pid, start_ticks, boot_id, tool, workdir,
@@ -191,7 +194,11 @@ class Store:
         record_json: str | None = None,
         finished_at: str | None = None,
     ) -> bool:
-        """Finish one live run by id. False if it was already finished."""
+        """Finish one live run by id. False if it was already finished.
+
+        ``record_json`` is the signed record (records.signed_record_json); give
+        ``finished_at`` as the record names it, or the row disagrees with it.
+        """
         got = self.db.execute(
             q.FINALIZE_RUN,
             (finished_at or now_iso(), state, outcome, exit_code, refusal_class, record_json,

@@ -12,7 +12,10 @@ it). The dispatcher (saphan.dispatch) calls, in order:
     argv(policy)            -> the tool's command line (the prompt is on stdin)
     guard(final_argv)       -> the argv guard, on boundary prefix + argv
     record(policy)          -> what the record says about the tool and its policy
-    environment(env)        -> the environment the boundary is started with
+    env_allowed()           -> the variable names the run may take from saphan's
+                               environment, on top of the base (confine/environment.py)
+    environment(env)        -> a last adjustment of the built environment (the loop
+                               scrubs its keys by value here); the boundary starts with it
     stdin_path / stdin_bytes() -> the tool's stdin: a file (the prompt), or
                                bytes written into a pipe (the loop's key)
     after_run(stdout_path)  -> facts read back from the tool's output
@@ -59,7 +62,21 @@ class Adapter(ABC):
     def read_denials(self) -> tuple[str, ...]:
         return ()
 
+    def exposed_paths(self) -> tuple[str, ...]:
+        """saphan's own files the tool reads inside the jail from under the
+        hidden workspace (bound back read-only)."""
+        return ()
+
+    def env_allowed(self) -> tuple[str, ...]:
+        """Names this run may take from saphan's environment beyond
+        :data:`saphan.confine.environment.BASE`: by default the permission
+        class's credentials. A tool adds its own documented variables."""
+        pc = self.instruction.permission_class
+        return pc.credentials if pc is not None else ()
+
     def environment(self, env: dict[str, str]) -> dict[str, str]:
+        """The built environment (``environment.build(...).env``), adjusted.
+        Only ever removes: a name absent from the built one never appears."""
         return env
 
     def vendor_boundary(self, policy: Policy) -> Boundary | None:

@@ -24,6 +24,26 @@ Measured with Claude Code 2.1.197 (the native executable of npm
 
 With ``run.confinement = vendor`` the engine composes no boundary and the
 record says, in as many words, that it makes no claim the agent is confined.
+
+The environment (:data:`ENV_ALLOWED`, on top of confine/environment.py's
+base and the permission class's credentials): Claude Code's own documented
+variables that the runs saphan makes use —
+
+- ``ANTHROPIC_API_KEY`` (``X-Api-Key``) / ``ANTHROPIC_AUTH_TOKEN``
+  (``Authorization: Bearer``, for a gateway) / ``CLAUDE_CODE_OAUTH_TOKEN``
+  (a subscription's long-lived token from ``claude setup-token``): how the
+  seat's account authenticates; a seat logged in interactively needs none of
+  them (its credentials live in the configuration directory);
+- ``ANTHROPIC_BASE_URL``: the API endpoint (a gateway, or the tests'
+  scripted server). Dropping it would send the key to the default endpoint;
+- ``CLAUDE_CONFIG_DIR``: the configuration directory. The engine grants the
+  session leaf under :func:`config_home`, read from its own environment, so
+  the tool must see the same value or its transcript would land elsewhere
+  (read-only, EROFS).
+
+Model selection travels on the command line (``--model``), so no
+``ANTHROPIC_MODEL``-style variable passes; anything else a seat needs (a
+proxy, custom headers) is named in its permission class's ``credentials``.
 """
 
 from __future__ import annotations
@@ -41,6 +61,12 @@ if TYPE_CHECKING:
     from saphan.confine.policy import Policy
 
 DEFAULT_PERMISSION_MODE = "acceptEdits"
+
+#: Claude Code's own variables a run may take from saphan's environment (see above)
+ENV_ALLOWED: tuple[str, ...] = (
+    "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
+    "ANTHROPIC_BASE_URL", "CLAUDE_CONFIG_DIR",
+)
 
 VENDOR_NOTE = (
     "run.confinement = vendor: the engine makes no claim that this agent is confined. "
@@ -101,6 +127,9 @@ class ClaudeAdapter(Adapter):
         if resume is not None:
             return resume.session_id
         return str(uuid.uuid5(uuid.NAMESPACE_URL, f"saphan:run:{self.run_id}"))
+
+    def env_allowed(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((*ENV_ALLOWED, *super().env_allowed())))
 
     def session_dirs(self) -> tuple[str, ...]:
         if self.confinement == "vendor":

@@ -37,6 +37,21 @@ each of these for real):
   default, and the engine's): run with ``--repo`` to commit.
 - ``approval_policy = "never"``: no escalation to an unsandboxed retry.
 - ``model``: the named model, exactly once; ``model_provider`` pinned too.
+
+The environment (:meth:`CodexAdapter.env_allowed`, on top of
+confine/environment.py's base and the permission class's credentials):
+
+- ``CODEX_HOME``: Codex's state, configuration and login (``auth.json``);
+  the record names it from saphan's environment, so the tool must see the
+  same one;
+- with a provider pinned from the workspace's ``[codex]`` table: that
+  provider's ``env_key`` and nothing else — the pinned provider is the only
+  one the run talks to;
+- without one (the built-in ``openai`` provider): ``OPENAI_API_KEY`` (its
+  key), ``CODEX_API_KEY`` (the key Codex documents for ``codex exec``) and
+  ``OPENAI_BASE_URL`` (its endpoint override: dropping it would send the key
+  to the default endpoint). A seat logged in with ``codex login`` needs none
+  of them.
 """
 
 from __future__ import annotations
@@ -62,6 +77,10 @@ NOT_RESTRICTED = (
 )
 
 
+#: Codex's own variables for the built-in ``openai`` provider (see above)
+OPENAI_ENV: tuple[str, ...] = ("OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL")
+
+
 @dataclass(frozen=True)
 class Provider:
     """A model provider pinned on the command line (workspace config [codex])."""
@@ -84,6 +103,10 @@ def profile_name(run_id: str) -> str:
 def filesystem_entries(policy: Policy) -> list[tuple[str, str]]:
     """(path or special, access) for the run's profile, from the derived policy."""
     entries: list[tuple[str, str]] = [(":root", "read"), (":slash_tmp", "read")]
+    # saphan's workspaces: unreadable; the run's own paths under them are
+    # granted below (the most specific entry wins — measured with 0.169.0).
+    for d in policy.hidden_dirs:
+        entries.append((d, "none"))
     for d in policy.writable_dirs:
         if d != policy.workdir:
             entries.append((d, "write"))
@@ -155,6 +178,10 @@ class CodexAdapter(Adapter):
     def network(self) -> str:
         pc = self.instruction.permission_class
         return pc.network if pc is not None else "off"
+
+    def env_allowed(self) -> tuple[str, ...]:
+        keys = (self.provider.env_key,) if self.provider is not None else OPENAI_ENV
+        return tuple(dict.fromkeys(("CODEX_HOME", *keys, *super().env_allowed())))
 
     def vendor_boundary(self, policy: Policy) -> Boundary | None:
         from saphan.confine.compose import Boundary

@@ -1,8 +1,9 @@
 """Permission classes: what an agent is permitted to do (SPEC.md §8).
 
 A permission class is a JSON file with a deliberately narrow surface —
-allowed commands, write scope, network posture, named credentials — and an
-explicit schema version from :data:`ACCEPTED`. Loading is strict:
+allowed commands, write scope, network posture, named credentials, the
+protected entries a run may change — and an explicit schema version from
+:data:`ACCEPTED`. Loading is strict:
 
 - a version outside the accepted set fails to load (``policy-schema-unknown``),
   never "interpreted charitably";
@@ -10,21 +11,29 @@ explicit schema version from :data:`ACCEPTED`. Loading is strict:
   (``policy-schema-mixed``) is rejected, because accepting it would change
   what that version means between releases;
 - anything else malformed — an unknown field, a wrong type, a relative path,
-  a command that is not a bare name, a credential value — is
-  ``policy-invalid``.
+  a command that is not a bare name, a credential value, a credential that
+  never reaches a run (``TMPDIR``, ``SSH_AUTH_SOCK``, ``SAPHAN_HOME``,
+  ``SAPHAN_RUN_ID``, ``SAPHAN_RETURN_PATH``), a writable protected name that
+  is not one — is ``policy-invalid``.
 
 The versions:
 
     1  commands, write_scope, network, credentials
     2  allowed_commands (v1's `commands`, renamed), write_scope, network,
        credentials, permission_mode (Claude Code's mode, composed as policy)
+    3  version 2's fields and writable_protected: names from
+       saphan.confine.protected.NAMES (``.vscode``, ``.envrc``, ...) a run
+       may change — not bound read-only in the jail, and imported from the
+       run's commits. Versions 1 and 2 allow none.
 
 A class never widens a boundary: ``write_scope`` only narrows where a run
 may work (the working directory must lie inside it), the writable set stays
 derived from the working directory. Commands are matched exact-token on the
 base name (:meth:`PermissionClass.allows`) — never by prefix or substring.
 Credentials are variable NAMES; the engine mints each value at launch from
-its own environment, and a file that carries a value is refused.
+its own environment, and a file that carries a value is refused. They are
+also the only way a variable outside the base and the tool's own list
+reaches a run (confine/environment.py).
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from saphan.confine import environment, protected
 from saphan.refusals import Refusal
 
 #: schema version -> the fields that version defines
@@ -43,6 +53,8 @@ FIELDS: dict[int, frozenset[str]] = {
     1: frozenset({"schema", "name", "commands", "write_scope", "network", "credentials"}),
     2: frozenset({"schema", "name", "allowed_commands", "write_scope", "network", "credentials",
                   "permission_mode"}),
+    3: frozenset({"schema", "name", "allowed_commands", "write_scope", "network", "credentials",
+                  "permission_mode", "writable_protected"}),
 }
 ACCEPTED: tuple[int, ...] = tuple(sorted(FIELDS))
 NETWORK_POSTURES = ("off", "open")
@@ -63,6 +75,8 @@ class PermissionClass:
     credentials: tuple[str, ...]
     permission_mode: str | None = None
     source: str = ""
+    #: protected entries (confine/protected.py) a run may change; schema 3 only
+    writable_protected: tuple[str, ...] = ()
 
     def allows(self, command: str) -> bool:
         """Exact token on the base name: ``/usr/bin/git`` is ``git``; ``gitk``,
@@ -79,6 +93,7 @@ class PermissionClass:
             "commands": list(self.commands), "write_scope": list(self.write_scope),
             "network": self.network, "credentials": list(self.credentials),
             "permission_mode": self.permission_mode,
+            "writable_protected": list(self.writable_protected),
         }
 
 
@@ -159,11 +174,17 @@ def parse(data: object, *, source: str = "<memory>") -> PermissionClass:
     if mode is not None and mode not in PERMISSION_MODES:
         raise _invalid(source, f"`permission_mode` must be one of {', '.join(PERMISSION_MODES)} "
                                f"(bypass modes are not representable), got {json.dumps(mode)}")
+    writable = _str_list(source, data, "writable_protected")
+    for w in writable:
+        if w not in protected.NAMES:
+            raise _invalid(source, f"writable_protected entry {w!r} is not a protected name; "
+                                   f"protected: {', '.join(protected.NAMES)}")
     return PermissionClass(
         schema=schema, name=name, commands=tuple(dict.fromkeys(commands)),
         write_scope=tuple(dict.fromkeys(os.path.normpath(p) for p in scope)),
         network=str(network), credentials=credentials,
         permission_mode=mode if isinstance(mode, str) else None, source=source,
+        writable_protected=tuple(dict.fromkeys(writable)),
     )
 
 
@@ -186,6 +207,11 @@ def _credentials(source: str, value: object) -> tuple[str, ...]:
         if not isinstance(item, str) or not _VARIABLE.match(item):
             raise _invalid(source, f"credential {item!r} is not an environment variable name "
                                    "(A-Z, 0-9, _)")
+        if environment.never_passed(item):
+            raise _invalid(source, f"credential {item} never reaches a run (never passed: "
+                                   f"{', '.join(sorted(environment.NEVER))}): saphan sets "
+                                   "TMPDIR and its run variables itself, and SSH_AUTH_SOCK "
+                                   "(a socket that signs as you) and SAPHAN_HOME stay out")
         names.append(item)
     return tuple(dict.fromkeys(names))
 
@@ -199,4 +225,5 @@ def describe(pc: PermissionClass) -> list[str]:
         f"network: {pc.network}",
         "credentials (minted at launch, by name): " + (", ".join(pc.credentials) or "none"),
         f"permission mode (Claude Code, policy not boundary): {pc.permission_mode or 'default'}",
+        "protected entries a run may change: " + (", ".join(pc.writable_protected) or "none"),
     ]

@@ -35,6 +35,8 @@ class Finished:
     stderr_path: str
     #: the child outlived ``time_limit`` and was killed
     killed_at_limit: bool = False
+    #: where the launcher's control lines were kept (``status_fd`` runs)
+    status_path: str | None = None
 
 
 #: seconds to keep reading a killed child's output (its own children may
@@ -89,36 +91,62 @@ def run(
     stdin_path: str | None = None,
     stdin_bytes: bytes | None = None,
     time_limit: float | None = None,
+    status_fd: int | None = None,
 ) -> Finished:
     """Run ``argv``; stdin is /dev/null, the file ``stdin_path`` (an agent's
     prompt: never on the command line), or a pipe holding ``stdin_bytes`` and
     then EOF (the loop's key: never in argv or an environment). With
     ``time_limit`` (seconds), a child still running then is SIGKILLed — a
-    watchdog behind a tool's own budgets, so no run can hang for ever."""
+    watchdog behind a tool's own budgets, so no run can hang for ever.
+
+    With ``status_fd``, the child gets a pipe's write end at that descriptor
+    number (saphan-launcher's control lines; the launcher closes it before
+    the command starts) and what arrives on it is kept in ``status.log``,
+    apart from anything the command itself prints."""
     out_path = os.path.join(run_dir, "stdout.log")
     err_path = os.path.join(run_dir, "stderr.log")
+    status_path = os.path.join(run_dir, "status.log") if status_fd is not None else None
     got: list[int] = []
     if sys.platform == "linux":
         from saphan import _native  # noqa: F401 - loaded here, used by the child before exec
-    with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f, \
-            _stdin(stdin_path, stdin_bytes) as in_f:
-        proc = subprocess.Popen(
-            argv, cwd=cwd, env=env, stdin=in_f,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            preexec_fn=_die_with_saphan if sys.platform == "linux" else None,
-        )
-        sinks: dict[int, tuple[IO[bytes], IO[bytes] | None]] = {
-            proc.stdout.fileno(): (out_f, sys.stdout.buffer if stream else None),  # type: ignore[union-attr]
-            proc.stderr.fileno(): (err_f, sys.stderr.buffer if stream else None),  # type: ignore[union-attr]
-        }
-        with _forward_signals(proc, got):
-            killed = _pump(sinks, proc, time_limit)
-            code = proc.wait()
-        proc.stdout.close()  # type: ignore[union-attr]
-        proc.stderr.close()  # type: ignore[union-attr]
+    status_r, status_w = os.pipe() if status_fd is not None else (-1, -1)
+
+    def child_setup() -> None:
+        if sys.platform == "linux":
+            _die_with_saphan()
+        if status_fd is not None and status_w != status_fd:
+            os.dup2(status_w, status_fd)
+
+    try:
+        with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f, \
+                open(status_path or os.devnull, "wb") as status_f, \
+                _stdin(stdin_path, stdin_bytes) as in_f:
+            proc = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdin=in_f,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                preexec_fn=child_setup,
+                pass_fds=(status_fd,) if status_fd is not None else (),
+            )
+            sinks: dict[int, tuple[IO[bytes], IO[bytes] | None]] = {
+                proc.stdout.fileno(): (out_f, sys.stdout.buffer if stream else None),  # type: ignore[union-attr]
+                proc.stderr.fileno(): (err_f, sys.stderr.buffer if stream else None),  # type: ignore[union-attr]
+            }
+            if status_fd is not None:
+                os.close(status_w)
+                status_w = -1
+                sinks[status_r] = (status_f, None)
+            with _forward_signals(proc, got):
+                killed = _pump(sinks, proc, time_limit)
+                code = proc.wait()
+            proc.stdout.close()  # type: ignore[union-attr]
+            proc.stderr.close()  # type: ignore[union-attr]
+    finally:
+        for fd in (status_r, status_w):
+            if fd >= 0:
+                os.close(fd)
     if got:
         raise Interrupted(got[0], code)
-    return Finished(code, out_path, err_path, killed_at_limit=killed)
+    return Finished(code, out_path, err_path, killed_at_limit=killed, status_path=status_path)
 
 
 def _stdin(path: str | None, data: bytes | None) -> IO[bytes]:

@@ -1,0 +1,592 @@
+"""The boundary against what earlier runs leave behind (the leftovers battery).
+
+Every route here was measured as an escape on an earlier build. Each test
+plants what a jailed run could plant — through a real jailed run where the
+boundary allows the planting, directly where it models an older build's
+leftovers — then lets the next run, saphan itself, or the operator's own
+git act, and asserts the victim is byte-for-byte unchanged. Routes run on
+bubblewrap and, where the lane differs, on the local Landlock lane.
+A summary at the end prints attempts and refusals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import escapes
+from conftest import Saphan, require
+from saphan import _native
+
+pytestmark = pytest.mark.usefixtures("bwrap_available")
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "agent@example.invalid",
+           "GIT_COMMITTER_NAME": "agent", "GIT_COMMITTER_EMAIL": "agent@example.invalid"}
+
+#: route -> "refused" | "escaped", filled by the tests, printed by the summary
+TALLY: dict[str, str] = {}
+
+
+def _tally(route: str, held: bool) -> None:
+    TALLY[route] = "refused" if held else "ESCAPED"
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True, env={**os.environ, **GIT_ENV}).stdout
+
+
+@pytest.fixture(params=["bubblewrap", "landlock"])
+def lane(request: pytest.FixtureRequest, saphan_sqlite: Saphan) -> tuple[Saphan, list[str]]:
+    s = saphan_sqlite
+    s.ok("machine", "add", "here", "--local")
+    s.ok("slot", "add", "here", "s1", "--tool", "command", "--max-sessions", "2")
+    if request.param == "landlock":
+        require(_native.landlock_abi()[0] >= 3, "a kernel with Landlock ABI >= 3")
+        s.ok("machine", "probe-confinement", "here")
+        return s, ["--boundary", "landlock"]
+    return s, []
+
+
+@pytest.fixture
+def bw(saphan_sqlite: Saphan) -> Saphan:
+    saphan_sqlite.ok("machine", "add", "here", "--local")
+    saphan_sqlite.ok("slot", "add", "here", "s1", "--tool", "command")
+    return saphan_sqlite
+
+
+def run(s: Saphan, extra: list[str], *where_and_cmd: str, **kw: object) -> tuple[int, str, str,
+                                                                                   dict[str, object]]:
+    r = s("run", "--machine", "here", "--slot", "s1", *extra, *where_and_cmd,
+          env=s.env(**GIT_ENV), **kw)  # type: ignore[arg-type]
+    shown = s("runs", "show", "last", "--json")
+    rec = json.loads(shown.out) if shown.out.strip().startswith("{") else {}
+    return r.code, r.out, r.err, rec
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    r = tmp_path / "repo"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    (r / "app.py").write_text("print('main')\n")
+    git(r, "add", "app.py")
+    git(r, "commit", "-q", "-m", "base")
+    return r
+
+
+def _victims(tmp_path: Path) -> dict[str, Path]:
+    out = tmp_path / "outside"
+    out.mkdir(exist_ok=True)
+    v = out / "victim.txt"
+    v.write_text("precious\n" * 50)
+    return {"outside": out, "victim": v}
+
+
+def _snapshot(paths: list[Path]) -> dict[str, str]:
+    snap = {}
+    for root in paths:
+        for p in sorted([root, *root.rglob("*")]) if root.is_dir() else [root]:
+            if p.is_symlink():
+                snap[str(p)] = "link:" + os.readlink(p)
+            elif p.is_file():
+                snap[str(p)] = escapes.digest(p)
+            elif p.is_dir():
+                snap[str(p)] = "dir"
+    return snap
+
+
+# -- 1. planted .git that used to widen the next run's grants ------------------
+
+@pytest.mark.parametrize("target", ["root", "tmp", "workspace"])
+def test_planted_git_layout_grants_nothing_outside(lane: tuple[Saphan, list[str]],
+                                                  tmp_path: Path, target: str) -> None:
+    s, extra = lane
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    v = _victims(tmp_path)
+    # What a first jailed run wrote (all inside its workdir): a linked-worktree
+    # lookalike whose refs/objects are relative links out of the workdir.
+    depth = len(wd.parts) + 4
+    up = "../" * depth
+    aim = {"root": up.rstrip("/"), "tmp": up + "tmp", "workspace": up + str(s.home).lstrip("/")}
+    plant = (
+        "mkdir -p .x/g/worktrees/w .x/g/logs && printf 'gitdir: %s/.x/g/worktrees/w\\n' \"$PWD\" "
+        "> .git && echo ../.. > .x/g/worktrees/w/commondir && "
+        "echo \"$PWD/.git\" > .x/g/worktrees/w/gitdir && "
+        "echo 'ref: refs/heads/saphan/x' > .x/g/worktrees/w/HEAD && "
+        f"mkdir -p .x/g/refs && ln -s {aim[target]} .x/g/refs/heads && "
+        f"ln -s {aim[target]} .x/g/objects && echo planted"
+    )
+    code, out, err, _ = run(s, extra, "--workdir", str(wd), "--", "sh", "-c", plant)
+    assert code == 0 and "planted" in out, err
+    before = _snapshot([v["outside"], s.home / "record.key", s.home / "config.toml"])
+    db_before = escapes.digest(s.home / "saphan.db")
+    victim_dir = {"root": v["outside"], "tmp": Path("/tmp"), "workspace": s.home}[target]
+    attack = (
+        f"for p in .x/g/refs/heads/saphan .x/g/objects .x/g/refs/heads; do "
+        f"echo x > $p/pwned-{target} 2>/dev/null && echo WROTE $p; done; "
+        f"echo x > .x/g/refs/heads/{v['victim'].relative_to('/')} 2>/dev/null && echo WROTE victim;"
+        " echo done"
+    )
+    code, out, err, rec = run(s, extra, "--workdir", str(wd), "--", "sh", "-c", attack)
+    assert code == 0, err
+    assert "WROTE" not in out, out
+    writable = rec["writable"]
+    assert isinstance(writable, list)
+    real_wd = os.path.realpath(wd)
+    for w in writable:
+        assert w.startswith(real_wd) or w.startswith(str(s.home / "runs")) or w.startswith("/dev/"), w
+        assert os.path.realpath(w) == w  # resolved: what was bound is what is listed
+    assert not (victim_dir / f"pwned-{target}").exists()
+    assert _snapshot([v["outside"], s.home / "record.key", s.home / "config.toml"]) == before
+    assert any("cannot commit" in n for n in rec["notes"])  # type: ignore[union-attr]
+    del db_before  # the store changed by design (the run's own rows); records verify below
+    assert s("runs", "list", "--json").code == 0
+    _tally(f"planted .git -> {target} ({'landlock' if extra else 'bubblewrap'})", True)
+
+
+def test_workdir_inside_a_repository_cannot_write_its_git(lane: tuple[Saphan, list[str]],
+                                                          repo: Path) -> None:
+    s, extra = lane
+    sub = repo / "sub"
+    sub.mkdir()
+    config = (repo / ".git" / "config").read_bytes()
+    head = (repo / ".git" / "HEAD").read_bytes()
+    code, out, err, _ = run(s, extra, "--workdir", str(sub), "--", "sh", "-c",
+                            "echo '[core]' >> ../.git/config && echo WROTE; "
+                            "git commit -q --allow-empty -m x 2>/dev/null && echo COMMITTED; "
+                            "echo done")
+    assert code == 0, err
+    assert "WROTE" not in out and "COMMITTED" not in out, out
+    assert (repo / ".git" / "config").read_bytes() == config
+    assert (repo / ".git" / "HEAD").read_bytes() == head
+    _tally(f"workdir inside a repository ({'landlock' if extra else 'bubblewrap'})", True)
+
+
+# -- 2. saphan's own writes never follow a planted link ---------------------------
+
+def test_planted_scratch_link_is_refused_by_name(bw: Saphan, tmp_path: Path) -> None:
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    v = _victims(tmp_path)
+    (wd / ".saphan-run").symlink_to(v["outside"])
+    before = _snapshot([v["outside"]])
+    r = bw("run", "--machine", "here", "--slot", "s1", "--workdir", str(wd), "--", "true")
+    assert r.code == 3, r.err
+    assert "refused [workdir-unsafe]" in r.err and ".saphan-run" in r.err
+    assert _snapshot([v["outside"]]) == before
+    rec = bw.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict) and rec["refusal"]["class"] == "workdir-unsafe"
+    _tally("planted scratch link", True)
+
+
+def test_planted_info_exclude_link_is_not_followed(bw: Saphan, tmp_path: Path) -> None:
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    v = _victims(tmp_path)
+    # A first run in a plain directory may create any .git it likes.
+    r = bw("run", "--machine", "here", "--slot", "s1", "--workdir", str(wd), "--", "sh", "-c",
+           f"mkdir -p .git && ln -s {v['outside']} .git/info && echo planted")
+    assert r.code == 0 and "planted" in r.out, r.err
+    assert "protected" in r.err or ".git" in r.err  # reported on the terminal
+    rec = bw.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict)
+    assert any(c["name"] == ".git" for c in rec["protected_changes"])
+    before = _snapshot([v["outside"]])
+    r = bw("run", "--machine", "here", "--slot", "s1", "--workdir", str(wd), "--", "true")
+    assert r.code == 0, r.err
+    assert _snapshot([v["outside"]]) == before
+    assert not (v["outside"] / "exclude").exists()
+    rec = bw.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict)
+    assert any("info/exclude" in n and "symbolic link" in n for n in rec["notes"])
+    _tally("planted info/exclude link", True)
+
+
+def test_scratch_never_collides_with_a_workspace(bw: Saphan, tmp_path: Path) -> None:
+    """--workdir $HOME with another workspace at $HOME/.saphan: saphan's scratch
+    is .saphan-run/, and the other workspace is hidden from the jail."""
+    home = tmp_path / "home"
+    other = home / ".saphan"
+    other.mkdir(parents=True)
+    (other / "record.key").write_bytes(b"k" * 32)
+    os.chmod(other / "record.key", 0o600)
+    r = bw("run", "--machine", "here", "--slot", "s1", "--workdir", str(home), "--", "sh", "-c",
+           "cat ~/.saphan/record.key && echo READ; ls -A ~/.saphan; echo x > ~/.saphan/w && "
+           "echo WROTE; echo done", env=bw.env(HOME=str(home)))
+    assert r.code == 0, r.err
+    assert "READ" not in r.out and "kkkk" not in r.out
+    assert sorted(p.name for p in other.iterdir()) == ["record.key"]
+    assert (home / ".saphan-run" / "tmp").is_dir()
+    _tally("another workspace's key (default ~/.saphan)", True)
+
+
+# -- 3. nothing a run writes is interpreted later; nothing old can change ------------
+
+FSMONITOR_PLANT = r"""
+set +e
+gd=$(sed 's/^gitdir: //' .git)
+mkdir -p fake && printf '[core]\n\tfsmonitor = "touch {marker}; false"\n' > fake/config
+mkdir -p fake/objects fake/refs && echo 'ref: refs/heads/x' > fake/HEAD
+echo "$PWD/fake" > $gd/commondir 2>/dev/null && echo WROTE commondir
+echo "$PWD/.git" > $gd/gitdir.new 2>/dev/null && mv $gd/gitdir.new $gd/gitdir 2>/dev/null && echo WROTE gitdir
+printf 'gitdir: %s/fake\n' "$PWD" > .git 2>/dev/null && echo WROTE dotgit
+printf '[core]\n\tfsmonitor = "touch {marker}; false"\n' > $gd/config.worktree && echo MADE config.worktree
+echo locked > $gd/locked && echo MADE locked
+echo done
+"""
+
+
+def test_git_metadata_rewrite_does_not_run_in_the_operators_git(lane: tuple[Saphan, list[str]],
+                                                                repo: Path, tmp_path: Path) -> None:
+    s, extra = lane
+    marker = tmp_path / "FSMONITOR-RAN"
+    git(repo, "config", "extensions.worktreeConfig", "true")
+    code, out, err, rec = run(s, extra, "--repo", str(repo), "--", "sh", "-c",
+                              FSMONITOR_PLANT.format(marker=marker))
+    assert code == 0, err
+    for what in ("commondir", "gitdir", "dotgit"):
+        assert f"WROTE {what}" not in out, out
+    wt = Path(rec["worktree"]["path"])  # type: ignore[index]
+    gd = Path(git(wt, "rev-parse", "--absolute-git-dir").strip())
+    assert not (gd / "config.worktree").exists() and not (gd / "locked").exists()
+    # The operator's git in the kept worktree runs nothing the run wrote.
+    subprocess.run(["git", "-C", str(wt), "status"], capture_output=True, check=False)
+    subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True, check=True)
+    assert not marker.exists()
+    assert (wt / ".git").read_text().strip() == f"gitdir: {gd}"
+    _tally(f"commondir/gitdir/.git rewrite + operator git status ({'landlock' if extra else 'bubblewrap'})",
+           True)
+
+
+def _blob_path(repo: Path, rev: str) -> Path:
+    oid = git(repo, "rev-parse", rev).strip()
+    return repo / ".git" / "objects" / oid[:2] / oid[2:]
+
+
+def test_main_content_and_other_runs_branches_cannot_change(lane: tuple[Saphan, list[str]],
+                                                           repo: Path) -> None:
+    s, extra = lane
+    # Run A commits on its branch.
+    code, _, err, rec_a = run(s, extra, "--repo", str(repo), "--", "sh", "-c",
+                              "echo a > a.txt && git add a.txt && git commit -q -m A")
+    assert code == 0, err
+    a_branch = rec_a["worktree"]["branch"]  # type: ignore[index]
+    a_head = git(repo, "rev-parse", a_branch).strip()
+    main_blob = _blob_path(repo, "main:app.py")
+    before = {
+        "main": git(repo, "rev-parse", "main").strip(),
+        "show": git(repo, "show", "main:app.py"),
+        "objects": _snapshot([repo / ".git" / "objects"]),
+        "refs": _snapshot([repo / ".git" / "refs"]),
+    }
+    oid = main_blob.parent.name + main_blob.name
+    attack = f"""
+set +e
+common={repo}/.git
+chmod u+w $common/objects/{oid[:2]}/{oid[2:]} 2>/dev/null
+printf 'forged' > $common/objects/{oid[:2]}/{oid[2:]} 2>/dev/null && echo WROTE loose
+pk=$common/objects/pack/pack-$(printf '0%.0s' $(seq 40)).pack
+cp {main_blob} $pk 2>/dev/null && echo WROTE pack
+git update-ref refs/heads/{a_branch} HEAD 2>/dev/null && echo MOVED update-ref
+echo 0000000000000000000000000000000000000000 > $common/refs/heads/{a_branch} 2>/dev/null && echo MOVED file
+git update-ref refs/heads/main HEAD 2>/dev/null && echo MOVED main
+echo done
+"""
+    code, out, err, _ = run(s, extra, "--repo", str(repo), "--", "sh", "-c", attack)
+    assert code == 0, err
+    for word in ("WROTE", "MOVED"):
+        assert word not in out, out
+    assert git(repo, "rev-parse", "main").strip() == before["main"]
+    assert git(repo, "show", "main:app.py") == before["show"]
+    assert git(repo, "rev-parse", a_branch).strip() == a_head
+    assert _snapshot([repo / ".git" / "objects"]) == before["objects"]
+    subprocess.run(["git", "-C", str(repo), "fsck", "--strict"], check=True, capture_output=True)
+    _tally(f"main's objects / another run's branch ({'landlock' if extra else 'bubblewrap'})", True)
+
+
+def test_forged_objects_and_foreign_refs_fail_the_import_loudly(bw: Saphan, repo: Path) -> None:
+    main_show = git(repo, "show", "main:app.py")
+    # A forged loose object in the run's own object directory: its name is
+    # not the hash of its content; the commit that needs it cannot import.
+    forge = r"""
+set -e
+echo new > n.txt && git add n.txt && git commit -q -m real
+blob=$(git rev-parse HEAD:n.txt)
+f=$GIT_OBJECT_DIRECTORY/$(echo $blob | cut -c1-2)/$(echo $blob | cut -c3-)
+chmod u+w $f
+python3 -c "import zlib,sys; open(sys.argv[1],'wb').write(zlib.compress(b'blob 6\0forged'))" $f
+echo forged
+"""
+    r = bw("run", "--machine", "here", "--slot", "s1", "--repo", str(repo), "--", "sh", "-c",
+           forge, env=bw.env(**GIT_ENV))
+    assert r.code == 0 and "forged" in r.out, r.err
+    assert "NOT imported" in r.err
+    rec = bw.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict)
+    imp = rec["worktree"]["import"]
+    assert imp["result"] == "refused", imp
+    assert git(repo, "rev-parse", rec["worktree"]["branch"]).strip() == rec["worktree"]["base"]
+    # A symbolic HEAD naming another branch is a foreign ref.
+    r = bw("run", "--machine", "here", "--slot", "s1", "--repo", str(repo), "--", "sh", "-c",
+           "gd=$(git rev-parse --absolute-git-dir); echo 'ref: refs/heads/main' > $gd/HEAD",
+           env=bw.env(**GIT_ENV))
+    assert "NOT imported" in r.err and "foreign ref" in r.err
+    rec = bw.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict) and rec["worktree"]["import"]["result"] == "refused"
+    assert git(repo, "show", "main:app.py") == main_show
+    subprocess.run(["git", "-C", str(repo), "fsck", "--strict"], check=True, capture_output=True)
+    _tally("forged object / foreign ref at import", True)
+
+
+def test_commits_import_onto_the_runs_branch_only(bw: Saphan, repo: Path) -> None:
+    r = bw("run", "--machine", "here", "--slot", "s1", "--repo", str(repo), "--", "sh", "-c",
+           "for i in 1 2 3; do echo $i > f$i && git add f$i && git commit -q -m c$i; done; "
+           "git status --porcelain", env=bw.env(**GIT_ENV))
+    assert r.code == 0, r.err
+    assert r.out.strip() == ""  # .saphan-run/ is ignored
+    rec = bw.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict)
+    imp = rec["worktree"]["import"]
+    assert imp["result"] == "imported" and imp["commits"] == 3
+    branch = rec["worktree"]["branch"]
+    assert git(repo, "rev-parse", branch).strip() == imp["head"] == rec["worktree"]["head_after"]
+    assert git(repo, "log", "--format=%s", "-1", branch).strip() == "c3"
+    wt = Path(rec["worktree"]["path"])
+    assert git(wt, "symbolic-ref", "HEAD").strip() == f"refs/heads/{branch}"
+    assert git(wt, "status", "--porcelain").strip() == ""
+    assert not (wt / ".saphan-run" / "objects").exists()
+
+
+# -- 4. no saphan secrets, no stray environment --------------------------------------
+
+def test_jail_sees_no_workspace_identity_file_or_agent_socket(lane: tuple[Saphan, list[str]],
+                                                             tmp_path: Path) -> None:
+    s, extra = lane
+    key = tmp_path / "keys" / "id_ed25519"
+    key.parent.mkdir()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    # A machine row as `machine add --ssh` writes it (the store's own API).
+    from saphan.store import open_store
+    from saphan.store.rows import Machine
+
+    store = open_store("sqlite", s.home / "saphan.db")
+    store.add_machine(Machine("far", "ssh", ssh_user="agent", ssh_host="10.9.9.9", ssh_port=22,
+                              identity_file=str(key), host_key="ssh-ed25519 AAAA",
+                              created_at="2026-11-30T00:00:00.000000Z"))
+    store.close()
+    agent = subprocess.run(["ssh-agent", "-s", "-a", str(tmp_path / "agent.sock")],
+                           capture_output=True, text=True, check=True)
+    pid = int(agent.stdout.split("SSH_AGENT_PID=")[1].split(";")[0])
+    try:
+        subprocess.run(["ssh-add", str(key)], env={**os.environ,
+                       "SSH_AUTH_SOCK": str(tmp_path / "agent.sock")}, check=True,
+                       capture_output=True)
+        wd = tmp_path / "wd"
+        wd.mkdir()
+        probe = (f"set +e; cat {key} && echo READ-KEY; ls -A {s.home}; "
+                 f"cat {s.home}/saphan.db >/dev/null 2>&1 && echo READ-DB; "
+                 f"cat {s.home}/record.key >/dev/null 2>&1 && echo READ-RECORD-KEY; "
+                 "echo sock=$SSH_AUTH_SOCK; ssh-add -l >/dev/null 2>&1 && echo AGENT-WORKS; "
+                 "echo AWS=$AWS_SECRET_ACCESS_KEY; echo done")
+        r = s("run", "--machine", "here", "--slot", "s1", *extra, "--workdir", str(wd), "--",
+              "sh", "-c", probe,
+              env=s.env(SSH_AUTH_SOCK=str(tmp_path / "agent.sock"),
+                        AWS_SECRET_ACCESS_KEY="leaky-value"))
+        assert r.code == 0, r.err
+        for word in ("READ-KEY", "READ-DB", "READ-RECORD-KEY", "AGENT-WORKS", "PRIVATE KEY",
+                     "leaky-value"):
+            assert word not in r.out, r.out
+        assert "sock=\n" in r.out
+        rec = s.ok("runs", "show", "last", "--json").json()
+        assert isinstance(rec, dict)
+        passed = rec["environment"]["passed"]
+        assert "SSH_AUTH_SOCK" not in passed and "AWS_SECRET_ACCESS_KEY" not in passed
+        assert "PATH" in passed
+        assert str(key) in rec["policy"]["read_denials"]
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    _tally(f"identity file / ssh agent / workspace ({'landlock' if extra else 'bubblewrap'})",
+           True)
+
+
+# -- 5. a run ends when its last process ends ----------------------------------------
+
+def test_daemon_does_not_outlive_the_run(lane: tuple[Saphan, list[str]], tmp_path: Path) -> None:
+    s, extra = lane
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    late = wd / "late.txt"
+    r = s("run", "--machine", "here", "--slot", "s1", *extra, "--workdir", str(wd), "--", "sh",
+          "-c", "setsid sh -c 'sleep 3; echo late > late.txt' >/dev/null 2>&1 < /dev/null & "
+          "echo started")
+    assert r.code == 0, r.err
+    rec = s.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict)
+    assert rec["processes_killed_at_end"] >= 1
+    time.sleep(5)
+    assert not late.exists()
+    _tally(f"setsid daemon after the run ({'landlock' if extra else 'bubblewrap'})", True)
+
+
+@pytest.fixture
+def outsider() -> Iterator[subprocess.Popen[bytes]]:
+    p = subprocess.Popen(["sleep", "60"])
+    yield p
+    p.kill()
+    p.wait()
+
+
+def test_no_signal_reaches_a_process_outside(lane: tuple[Saphan, list[str]], tmp_path: Path,
+                                            outsider: subprocess.Popen[bytes]) -> None:
+    s, extra = lane
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    r = s("run", "--machine", "here", "--slot", "s1", *extra, "--workdir", str(wd), "--", "sh",
+          "-c", f"kill -TERM {outsider.pid} 2>/dev/null && echo SIGNALLED; "
+          f"kill -0 {os.getpid()} 2>/dev/null && echo SEES-PYTEST; echo done")
+    assert r.code == 0, r.err
+    assert "SIGNALLED" not in r.out and "SEES-PYTEST" not in r.out
+    assert outsider.poll() is None
+    _tally(f"signal to an outside process ({'landlock' if extra else 'bubblewrap'})", True)
+
+
+# -- 7. files that run later -----------------------------------------------------------
+
+PROTECTED_FILES = [".gitmodules", ".envrc", ".mcp.json", ".bashrc", ".profile", ".zshrc"]
+PROTECTED_DIRS = [".vscode", ".idea", ".claude", ".codex"]
+
+
+def test_existing_protected_files_cannot_change(lane: tuple[Saphan, list[str]],
+                                                tmp_path: Path) -> None:
+    s, extra = lane
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    for f in PROTECTED_FILES:
+        (wd / f).write_text(f"original {f}\n")
+    for d in PROTECTED_DIRS:
+        (wd / d).mkdir()
+        (wd / d / "settings.json").write_text("{}\n")
+    before = _snapshot([wd])
+    attempts = [f"echo pwned >> {f} && echo WROTE {f}; rm -f {f} && echo RM {f}; "
+                f"mv {f} {f}.x && echo MV {f}" for f in PROTECTED_FILES]
+    attempts += [f"echo pwned > {d}/settings.json && echo WROTE {d}; echo x > {d}/new && "
+                 f"echo NEW {d}; mv {d} {d}.x && echo MV {d}" for d in PROTECTED_DIRS]
+    r = s("run", "--machine", "here", "--slot", "s1", *extra, "--workdir", str(wd), "--", "sh",
+          "-c", "set +e; " + "; ".join(attempts) + "; echo done")
+    assert r.code == 0, r.err
+    for word in ("WROTE", "RM ", "MV ", "NEW "):
+        assert word not in r.out, r.out
+    after = {k: v for k, v in _snapshot([wd]).items() if ".saphan-run" not in k}
+    assert after == before
+    _tally(f"existing protected files ({'landlock' if extra else 'bubblewrap'})", True)
+
+
+def test_created_protected_files_are_reported_and_not_imported(bw: Saphan, repo: Path) -> None:
+    r = bw("run", "--machine", "here", "--slot", "s1", "--repo", str(repo), "--", "sh", "-c",
+           "echo 'use flake' > .envrc && mkdir .vscode && echo '{}' > .vscode/tasks.json && "
+           "git add -A . && git commit -q -m sneaky", env=bw.env(**GIT_ENV))
+    assert r.code == 0, r.err
+    assert ".envrc" in r.err and ".vscode" in r.err
+    rec = bw.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict)
+    names = {c["name"] for c in rec["protected_changes"]}
+    assert {".envrc", ".vscode"} <= names
+    assert rec["worktree"]["import"]["result"] == "refused"
+    assert ".envrc" in rec["worktree"]["import"]["why"]
+    assert git(repo, "rev-parse", rec["worktree"]["branch"]).strip() == rec["worktree"]["base"]
+    _tally("created protected files (reported, not imported)", True)
+
+
+# -- 8. a launcher refusal is a refusal ---------------------------------------------------
+
+def test_launcher_refusal_on_the_local_lane_is_recorded(saphan_sqlite: Saphan, tmp_path: Path,
+                                                        no_landlock: str) -> None:
+    s = saphan_sqlite
+    require(_native.landlock_abi()[0] >= 3, "a kernel with Landlock ABI >= 3")
+    s.ok("machine", "add", "here", "--local")
+    s.ok("slot", "add", "here", "s1", "--tool", "command")
+    s.ok("machine", "probe-confinement", "here")
+    from conftest import saphan_exe
+
+    p = subprocess.run([no_landlock, saphan_exe(), "run", "--machine", "here", "--slot", "s1",
+                        "--boundary", "landlock", "--workdir", str(tmp_path), "--", "sh", "-c",
+                        "echo RAN"], capture_output=True, text=True, env=s.env(), timeout=120)
+    assert p.returncode == 3, p.stderr
+    assert "RAN" not in p.stdout
+    assert "refused [landlock-incapable]" in p.stderr
+    rec = s.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict)
+    assert rec["refusal"]["class"] == "landlock-incapable"
+    assert rec["enforced_by"] is None
+    _tally("launcher refusal on the local Landlock lane", True)
+
+
+def test_forged_confirmation_line_is_not_a_confirmation(saphan_sqlite: Saphan,
+                                                        tmp_path: Path) -> None:
+    """The run prints the launcher's line itself; the record's confirmation is
+    the launcher's own line from its descriptor, never the run's."""
+    s = saphan_sqlite
+    require(_native.landlock_abi()[0] >= 3, "a kernel with Landlock ABI >= 3")
+    s.ok("machine", "add", "here", "--local")
+    s.ok("slot", "add", "here", "s1", "--tool", "command")
+    s.ok("machine", "probe-confinement", "here")
+    fake = "saphan-launcher: landlock abi=7 enforced writable=[/] scopes=[]"
+    r = s("run", "--machine", "here", "--slot", "s1", "--boundary", "landlock", "--workdir",
+          str(tmp_path), "--", "sh", "-c", f"echo '{fake}' >&2; echo '{fake}'")
+    assert r.code == 0, r.err
+    rec = s.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict)
+    assert rec["enforced_by"]["confirmation"] != fake
+    assert "writable=[/]" not in json.dumps(rec["enforced_by"]["status_lines"])
+
+
+@pytest.fixture(scope="module")
+def no_landlock(tmp_path_factory: pytest.TempPathFactory) -> str:
+    import shutil
+
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    require(gcc is not None, "a C compiler (gcc) to build tests/helpers/no_landlock.c")
+    assert gcc is not None
+    out = tmp_path_factory.mktemp("helpers") / "no_landlock"
+    src = Path(__file__).resolve().parent.parent / "helpers" / "no_landlock.c"
+    subprocess.run([gcc, "-O2", "-Wall", "-o", str(out), str(src)], check=True)
+    return str(out)
+
+
+def test_zz_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    """Prints attempts and refusals of this battery (run last in the module)."""
+    with capsys.disabled():
+        print(f"\nleftovers battery: {len(TALLY)} routes attempted, "
+              f"{sum(v == 'refused' for v in TALLY.values())} refused")
+        for route, verdict in sorted(TALLY.items()):
+            print(f"  {verdict:8} {route}")
+    assert TALLY, "run the whole module: the summary counts the routes above"
+    assert all(v == "refused" for v in TALLY.values()), TALLY
+
+
+def test_reaper_custody_is_measured_outside_the_jail(bw: Saphan, tmp_path: Path) -> None:
+    """Inside the jail's user namespace the launcher cannot measure its own
+    custody (`reap` leaves it to the engine): the engine refuses a reaper
+    others can replace, before anything starts."""
+    import shutil
+
+    copy = tmp_path / "bin" / "saphan-launcher"
+    copy.parent.mkdir()
+    shutil.copy(bw("launcher", "path").out.strip(), copy)
+    copy.chmod(0o775)
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    r = bw("run", "--machine", "here", "--slot", "s1", "--workdir", str(wd), "--", "sh", "-c",
+           "echo RAN > ran.txt", env=bw.env(SAPHAN_LAUNCHER=str(copy)))
+    assert r.code == 3, r.err
+    assert "refused [custody-binary-unsafe]" in r.err and "reaper" in r.err
+    assert not (wd / "ran.txt").exists()
