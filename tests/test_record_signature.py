@@ -336,3 +336,25 @@ def test_api_run_record_and_runs_carry_the_signature(saphan: Saphan, database_ur
 def test_runs_show_help_names_the_exit_code(saphan_sqlite: Saphan) -> None:
     out = saphan_sqlite.ok("runs", "show", "--help").out
     assert "3  it does not" in out and "record-signature-invalid: this record" in out
+
+
+def test_native_hmac_is_rfc2104_hmac_sha256() -> None:
+    """Records are signed by rust/core's HMAC: it agrees with Python's own
+    HMAC-SHA256 on keys shorter, equal to and longer than the block."""
+    import hashlib
+    import hmac
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from saphan import _native
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.binary(max_size=200), st.binary(max_size=2000))
+    def agree(key: bytes, data: bytes) -> None:
+        want = hmac.new(key, data, hashlib.sha256).hexdigest()
+        assert _native.hmac_sha256(key, data) == want
+        assert _native.digests_equal(want, want)
+        assert not _native.digests_equal(want, want[:-1] + ("0" if want[-1] != "0" else "1"))
+
+    agree()

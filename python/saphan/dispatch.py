@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from saphan import worktrees
 from saphan.confine import environment, nofollow, protected
 from saphan.confine.compose import Boundary, compose_landlock_local, compose_local
 from saphan.confine.grants import (
@@ -97,6 +96,8 @@ def execute_local(
         pc = adapter.instruction.permission_class if adapter is not None else command_class
         allowed = pc.writable_protected if pc is not None else ()
         if repo is not None:
+            from saphan import worktrees
+
             # Outside the boundary, before it: the kernel would refuse this inside.
             branch = worktrees.create(repo, wd, run_id)
             record["worktree"] = {"repo": repo.toplevel, "path": wd, "branch": branch,
@@ -108,6 +109,8 @@ def execute_local(
             linked = None
             exclude_note = None
             if nofollow.lexists_plain(os.path.join(wd, ".git")) == "dir":
+                from saphan import worktrees
+
                 exclude_note = worktrees.ignore_scratch(os.path.join(wd, ".git"))
         before = protected.snapshot(wd)
         policy = derive(
@@ -309,6 +312,8 @@ def _settle_worktree(info: dict[str, Any], repo: RepoSpec, wd: str, keep: bool, 
                      allowed: tuple[str, ...], stream: bool) -> None:
     """Import the run's commits (worktrees.import_run), record where its
     branch is; remove the worktree unless kept."""
+    from saphan import worktrees
+
     if git_dir is not None:
         imported = worktrees.import_run(repo, git_dir, wd, run_dir, run_id,
                                         allowed_protected=allowed)

@@ -140,17 +140,26 @@ def _columns(row: RunRow) -> dict[str, Any]:
 
 # -- signed run records --------------------------------------------------------
 
-# hashlib/hmac load OpenSSL (~7 ms): imported where a record or row is signed
-# or verified, never on the start-up path of a verb that reads no record.
+# HMAC-SHA256 comes from rust/core (saphan._native): Python's hashlib/hmac
+# would load OpenSSL (~3-7 ms) on every run that signs its record.
+
+
+def _mac(key: bytes, data: bytes) -> str:
+    from saphan import _native
+
+    return _native.hmac_sha256(key, data)
+
+
+def _same(a: str, b: str) -> bool:
+    from saphan import _native
+
+    return _native.digests_equal(a, b)
 
 
 def _record_mac(key: bytes, record: dict[str, Any]) -> str:
-    import hashlib
-    import hmac
-
     body = {k: v for k, v in record.items() if k != SIGNATURE_FIELD}
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return hmac.new(key, canonical, hashlib.sha256).hexdigest()
+    return _mac(key, canonical)
 
 
 def sign_record(key: bytes, record: dict[str, Any]) -> dict[str, Any]:
@@ -200,11 +209,7 @@ def verify_run_row(key: bytes, row: RunRow) -> tuple[dict[str, Any], dict[str, A
         return record, _flag("missing", (
             f"run {row.id}: this record carries no signature (written by a saphan build that "
             "did not sign run records, or its signature was removed)"))
-    import hmac
-
-    if not isinstance(signature, str) or not hmac.compare_digest(
-        _record_mac(key, record), signature
-    ):
+    if not isinstance(signature, str) or not _same(_record_mac(key, record), signature):
         return record, _flag("invalid", (
             f"run {row.id}: the record's signature does not verify against this workspace's "
             "record key: it was edited, or written under another key"))
@@ -263,23 +268,15 @@ def _payload(machine: str, kind: str, value_json: str, measured_at: str) -> byte
 
 
 def sign_fact(key: bytes, machine: str, kind: str, value: dict[str, Any], measured_at: str) -> Fact:
-    import hashlib
-    import hmac
-
     value_json = json.dumps(value, sort_keys=True, separators=(",", ":"))
-    sig = hmac.new(key, _payload(machine, kind, value_json, measured_at), hashlib.sha256)
-    return Fact(machine, kind, value_json, measured_at, sig.hexdigest())
+    sig = _mac(key, _payload(machine, kind, value_json, measured_at))
+    return Fact(machine, kind, value_json, measured_at, sig)
 
 
 def verify_fact(key: bytes, fact: Fact) -> dict[str, Any]:
     """The fact's value, or the refusal when its signature does not verify."""
-    import hashlib
-    import hmac
-
-    want = hmac.new(
-        key, _payload(fact.machine, fact.kind, fact.value_json, fact.measured_at), hashlib.sha256
-    ).hexdigest()
-    if not hmac.compare_digest(want, fact.signature):
+    want = _mac(key, _payload(fact.machine, fact.kind, fact.value_json, fact.measured_at))
+    if not _same(want, fact.signature):
         raise Refusal(
             "record-signature-invalid",
             f"the {fact.kind} row of machine {fact.machine} (measured {fact.measured_at}) "

@@ -115,11 +115,22 @@ def _usable_bwrap() -> _Bwrap:
 STATUS_FD = 3
 
 
-def _launcher() -> Any:
-    from saphan import launcher
+@dataclass(frozen=True)
+class _Reaper:
+    path: str
+    sha256: str
 
-    ident = launcher.identity()
-    if ident is None:
+
+def _reaper() -> _Reaper:
+    """saphan-launcher as the jail's first process (``reap``), after its
+    custody is measured here, outside the jail's user namespace — inside it a
+    root-owned file shows as the overflow uid and the launcher cannot tell
+    (so ``reap`` leaves its custody to this check). Its digest is recorded;
+    its version is not asked for (one process fewer on every run)."""
+    from saphan import _native, launcher
+
+    path = launcher.path()
+    if path is None:
         raise Refusal(
             "confinement-unavailable",
             "saphan-launcher is not installed with this saphan, so no run can be reaped "
@@ -127,25 +138,14 @@ def _launcher() -> Any:
             "reinstall saphan (ci/setup builds and packages the launcher): "
             "`saphan launcher path` must print its path",
         )
-    return ident
-
-
-def _reaper() -> Any:
-    """saphan-launcher as the jail's first process (``reap``), after its
-    custody is measured here, outside the jail's user namespace — inside it a
-    root-owned file shows as the overflow uid and the launcher cannot tell
-    (so ``reap`` leaves its custody to this check)."""
-    from saphan import _native
-
-    ident = _launcher()
     shape = ("the launcher must be root- or your own, 0755, in a directory only its owner "
              "can write")
     try:
-        found = _native.check_binary_custody(ident.path)
+        found = _native.check_binary_custody(path)
     except OSError as e:
         raise Refusal(
             "custody-binary-unsafe",
-            f"saphan-launcher (the jail's reaper): the custody of {ident.path} cannot be "
+            f"saphan-launcher (the jail's reaper): the custody of {path} cannot be "
             f"measured ({e})",
             f"reinstall saphan; {shape}",
         ) from None
@@ -155,7 +155,7 @@ def _reaper() -> Any:
             f"saphan-launcher (the jail's reaper): {found['message']}",
             f"{found['remediation']}; {shape}",
         )
-    return ident
+    return _Reaper(path, _native.sha256_file(path))
 
 
 def _bubblewrap(policy: Policy) -> Boundary:
@@ -169,8 +169,7 @@ def _bubblewrap(policy: Policy) -> Boundary:
         prefix=[*bwrap.render(policy, b.exe), reaper.path, "reap",
                 "--status-fd", str(STATUS_FD), "--"],
         policy=policy,
-        extra={"reaper": {"executable": reaper.path, "sha256": reaper.sha256,
-                          "version": reaper.version}},
+        extra={"reaper": {"executable": reaper.path, "sha256": reaper.sha256}},
         status_fd=STATUS_FD,
     )
 

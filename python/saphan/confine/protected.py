@@ -35,14 +35,12 @@ nested repository's ``.git``, a sub-project's ``.vscode``) is not.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import stat
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 NAMES: tuple[str, ...] = (
     # git: hooks (.git/hooks), configuration (core.fsmonitor, core.hooksPath,
@@ -150,8 +148,7 @@ def carve_outs(workdir: str, allowed: Collection[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One path under a protected name, as ``lstat``/``fstat`` saw it."""
 
     #: file, dir, symlink, fifo, socket, char-device, block-device, other
@@ -170,8 +167,7 @@ class Entry:
     note: str | None = None
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(NamedTuple):
     """Every protected entry of a working directory at one moment."""
 
     workdir: str
@@ -180,7 +176,7 @@ class Snapshot:
     #: directories whose every child is in ``entries``
     listed: frozenset[str]
     #: protected names whose walk did not finish (bound reached, unreadable)
-    incomplete: Mapping[str, str] = field(default_factory=dict)
+    incomplete: Mapping[str, str] = {}
 
 
 def _kind(mode: int) -> str:
@@ -225,20 +221,22 @@ def _entry(dir_fd: int, name: str, st: os.stat_result, budget: _Budget) -> Entry
         fst = os.fstat(fd)
         if not stat.S_ISREG(fst.st_mode):
             return _meta(fst)  # swapped between lstat and open: what was opened, unread
-        digest = hashlib.sha256()
+        chunks: list[bytes] = []
         left = MAX_FILE_BYTES + 1
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 16))
             if not chunk:
                 break
-            digest.update(chunk)
+            chunks.append(chunk)
             left -= len(chunk)
         read = MAX_FILE_BYTES + 1 - left
         budget.hash_bytes -= read
         if left <= 0:
             return _meta(fst, note=f"grew past {MAX_FILE_BYTES} bytes while read: compared "
                                    "by size, times and inode")
-        return _meta(fst, sha256=digest.hexdigest())
+        from saphan import _native  # rust/core's SHA-256: no OpenSSL load on the run path
+
+        return _meta(fst, sha256=_native.sha256_bytes(b"".join(chunks)))
     except OSError as e:
         return _meta(st, note=f"unreadable ({e.strerror}): compared by size, times and inode")
     finally:

@@ -48,6 +48,24 @@ fn sha256_file(py: Python<'_>, path: PathBuf) -> Result<String, NativeError> {
     py.detach(|| digest::sha256_file(&path).map_err(|e| NativeError::io(&path, e)))
 }
 
+/// SHA-256 of a byte string as 64 lowercase hex digits.
+#[pyfunction]
+fn sha256_bytes(data: &[u8]) -> String {
+    digest::sha256_bytes(data)
+}
+
+/// HMAC-SHA256 of `data` under `key`, as 64 lowercase hex digits.
+#[pyfunction]
+fn hmac_sha256(key: &[u8], data: &[u8]) -> String {
+    digest::hmac_sha256(key, data)
+}
+
+/// Whether two strings are equal, compared in constant time.
+#[pyfunction]
+fn digests_equal(a: &str, b: &str) -> bool {
+    digest::constant_time_eq(a.as_bytes(), b.as_bytes())
+}
+
 /// `None` when the four custody clauses hold for this process; otherwise a
 /// dict describing the failed clause.
 #[pyfunction]
@@ -149,6 +167,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(landlock_floor, m)?)?;
     m.add_function(wrap_pyfunction!(landlock_highest_known, m)?)?;
     m.add_function(wrap_pyfunction!(sha256_file, m)?)?;
+    m.add_function(wrap_pyfunction!(sha256_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(hmac_sha256, m)?)?;
+    m.add_function(wrap_pyfunction!(digests_equal, m)?)?;
     m.add_function(wrap_pyfunction!(check_binary_custody, m)?)?;
     m.add_function(wrap_pyfunction!(check_binary_custody_as, m)?)?;
     m.add_function(wrap_pyfunction!(read_key_file, m)?)?;
