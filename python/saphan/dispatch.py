@@ -83,6 +83,7 @@ def execute_local(
     was_dumpable = False
     wt_git_dir: str | None = None
     allowed: tuple[str, ...] = ()
+    boundary: Boundary | None = None
     try:
         agent = base.get("agent") or {}
         if slot.agent_sha256 is not None:
@@ -183,6 +184,7 @@ def execute_local(
             [*boundary.prefix, *argv], cwd=wd, run_dir=str(run_dir), env=env,
             stream=stream, stdin_path=adapter.stdin_path if adapter is not None else None,
             stdin_bytes=secret, time_limit=limit, status_fd=boundary.status_fd,
+            pass_fds=boundary.fds,
         )
         # Every process of the run is gone here (its PID namespace ended with
         # it, or the launcher reaped what was left): only now is it recorded.
@@ -209,6 +211,8 @@ def execute_local(
         end.absorb(e, record)
         raise
     finally:
+        if boundary is not None:
+            boundary.close()
         if was_dumpable:
             local.set_dumpable(True)
         if repo is not None and "worktree" in record:

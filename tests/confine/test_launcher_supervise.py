@@ -61,7 +61,7 @@ def launch(verb: str, argv: list[str], *, policy: dict[str, object] | None = Non
         # The pipe is nobody's too, so its own mode bits would let the command
         # open it: only the launcher's dumpable flag stands in the way.
         os.fchown(w, NOBODY, NOBODY)
-    args = [str(LAUNCHER), verb, "--status-fd", str(w)]
+    args = [_launcher_for_everyone() if as_nobody else str(LAUNCHER), verb, "--status-fd", str(w)]
     if policy is not None:
         args += ["--policy", json.dumps(policy)]
     args += ["--", *argv]
@@ -279,6 +279,31 @@ try:
 except OSError as e:
     print("launcher_fd_dir", errno.errorcode[e.errno])
 """
+
+
+_EVERYONE: list[str] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_everyone_copy() -> Iterator[None]:
+    yield
+    for copy in _EVERYONE:
+        shutil.rmtree(os.path.dirname(copy), ignore_errors=True)
+    _EVERYONE.clear()
+
+
+def _launcher_for_everyone() -> str:
+    """The launcher where uid 65534 can execute it (an installed copy may
+    live under /root, 0700): a root-owned 0755 copy in a root-owned 0755
+    directory, so its own custody check passes for that user too."""
+    if not _EVERYONE:
+        d = Path(tempfile.mkdtemp(prefix="saphan-launcher-everyone-", dir="/tmp"))
+        d.chmod(0o755)
+        copy = d / "saphan-launcher"
+        shutil.copy2(LAUNCHER, copy)
+        copy.chmod(0o755)
+        _EVERYONE.append(str(copy))
+    return _EVERYONE[0]
 
 
 def _python_for_everyone() -> str:

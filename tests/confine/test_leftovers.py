@@ -590,3 +590,48 @@ def test_reaper_custody_is_measured_outside_the_jail(bw: Saphan, tmp_path: Path)
     assert r.code == 3, r.err
     assert "refused [custody-binary-unsafe]" in r.err and "reaper" in r.err
     assert not (wd / "ran.txt").exists()
+
+
+def test_a_directory_swapped_for_a_link_after_the_check_is_not_what_gets_bound(
+        tmp_path: Path) -> None:
+    """A concurrent run in an enclosing directory swaps an ancestor of the next
+    run's working directory for a link (to a tree holding a same-named victim
+    directory) between saphan's grant check and bubblewrap's bind. saphan
+    binds the descriptor it opened when it checked (``--bind-fd``), and
+    bubblewrap 0.8 refuses a destination reached through a link (measured:
+    it also does so for a bind by path): the victim is unchanged either way.
+    A swap before the descriptors are opened is refused by name."""
+    from saphan.confine import bwrap
+    from saphan.confine.compose import grant_fds
+    from saphan.confine.grants import derive
+    from saphan.refusals import Refusal
+
+    def attempt(by_fd: bool) -> tuple[dict[str, str], Path]:
+        root = tmp_path / ("fd" if by_fd else "path")
+        outer, victims = root / "outer", root / "victims"
+        (outer / "sub").mkdir(parents=True)
+        (victims / "sub").mkdir(parents=True)
+        victim = victims / "sub" / "victim.txt"
+        victim.write_text("precious\n")
+        before = _snapshot([victims])
+        wd = outer / "sub"
+        policy = derive(str(wd))
+        fds = grant_fds(policy.writable_dirs) if by_fd else {}
+        try:
+            outer.rename(root / "outer.real")  # the swap, after the check
+            outer.symlink_to(victims)
+            argv = [*bwrap.render(policy, "bwrap", fds), "sh", "-c",
+                    f"echo pwned > {wd}/victim.txt; echo x > {wd}/new.txt; echo done"]
+            subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                           pass_fds=tuple(fds.values()))
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        return before, victims
+
+    for by_fd in (True, False):
+        before, victims = attempt(by_fd)
+        assert _snapshot([victims]) == before, by_fd
+    with pytest.raises(Refusal, match="symbolic link"):
+        grant_fds((str(tmp_path / "fd" / "outer" / "sub"),))
+    _tally("directory swapped for a link between check and bind", True)

@@ -23,18 +23,27 @@ dies with its parent.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from saphan.confine.policy import Policy
 
+#: no descriptors: every writable directory is bound by path
+NO_FDS: Mapping[str, int] = {}
 
-def render(policy: Policy, bwrap: str = "bwrap") -> list[str]:
-    """The whole boundary: bubblewrap enforces writes and read denials."""
+
+def render(policy: Policy, bwrap: str = "bwrap", fds: Mapping[str, int] = NO_FDS) -> list[str]:
+    """The whole boundary: bubblewrap enforces writes and read denials.
+
+    ``fds`` maps writable directories to descriptors saphan opened after the
+    grant check (compose.py): bound with ``--bind-fd``, so what is bound is
+    the directory that was checked even if its path is swapped for a link
+    before bubblewrap runs."""
     early, late = _hidden_split(policy)
     argv = [bwrap, "--ro-bind", "/", "/", *_hide(early)]
     for d in policy.writable_dirs:
-        argv += ["--bind", d, d]
+        argv += _bind(d, fds)
     argv += _hide(late)
-    argv += _bind_back(policy, late)
+    argv += _bind_back(policy, late, fds)
     for lit in policy.writable_literals:
         # The ro-bind of / is nodev: a device is usable only when bound again
         # with --dev-bind (absent devices, e.g. no /dev/tty, are skipped).
@@ -43,7 +52,8 @@ def render(policy: Policy, bwrap: str = "bwrap") -> list[str]:
     return argv + _tail(policy)
 
 
-def render_outer(policy: Policy, bwrap: str = "bwrap") -> list[str]:
+def render_outer(policy: Policy, bwrap: str = "bwrap",
+                 fds: Mapping[str, int] = NO_FDS) -> list[str]:
     """Only the hiding, carve-outs and read denials, around a boundary that
     enforces writes by other means (saphan-launcher's Landlock domain on the
     local Landlock lane). Landlock grants reads everywhere and cannot make a
@@ -52,7 +62,7 @@ def render_outer(policy: Policy, bwrap: str = "bwrap") -> list[str]:
     argv = [bwrap, "--dev-bind", "/", "/", *_hide(policy.hidden_dirs)]
     # Writes are Landlock's to refuse; these binds only bring the run's own
     # paths back from under a hidden workspace.
-    argv += _bind_back(policy, policy.hidden_dirs)
+    argv += _bind_back(policy, policy.hidden_dirs, fds)
     argv += _carve_outs_and_denials(policy)
     return argv + _tail(policy)
 
@@ -66,11 +76,16 @@ def _hidden_split(policy: Policy) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(h for h in policy.hidden_dirs if h not in late), late
 
 
-def _bind_back(policy: Policy, hidden: tuple[str, ...]) -> list[str]:
+def _bind(d: str, fds: Mapping[str, int]) -> list[str]:
+    fd = fds.get(d)
+    return ["--bind", d, d] if fd is None else ["--bind-fd", str(fd), d]
+
+
+def _bind_back(policy: Policy, hidden: tuple[str, ...], fds: Mapping[str, int]) -> list[str]:
     argv: list[str] = []
     for d in policy.writable_dirs:
         if any(_within(d, h) for h in hidden):
-            argv += ["--bind", d, d]
+            argv += _bind(d, fds)
     return argv
 
 

@@ -9,6 +9,7 @@ forbids the namespaces it needs is refused here, not discovered half-way through
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shutil
@@ -33,6 +34,14 @@ class Boundary:
     #: the descriptor (in the child) saphan-launcher writes its control lines
     #: to; None when no launcher runs inside (Seatbelt, Codex's own sandbox)
     status_fd: int | None = None
+    #: descriptors the prefix names (``--bind-fd``): inherited by the child,
+    #: closed by :meth:`close` once it has started
+    fds: tuple[int, ...] = ()
+
+    def close(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def record(self) -> dict[str, Any]:
         return {
@@ -88,7 +97,8 @@ def _usable_bwrap() -> _Bwrap:
             [exe, "--version"], capture_output=True, text=True, timeout=10, check=False
         ).stdout.strip()
         trial = subprocess.run(
-            [exe, "--ro-bind", "/", "/", "--unshare-user", "--cap-drop", "ALL", "--", "true"],
+            [exe, "--ro-bind", "/", "/", "--unshare-user", "--unshare-pid", "--proc", "/proc",
+             "--cap-drop", "ALL", "--", "true"],
             capture_output=True, text=True, timeout=30, check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -158,19 +168,53 @@ def _reaper() -> _Reaper:
     return _Reaper(path, _native.sha256_file(path))
 
 
+def grant_fds(dirs: tuple[str, ...]) -> dict[str, int]:
+    """A descriptor per writable directory, opened by rust/core's grant walk
+    (no link at any component) — the directories bubblewrap then binds by
+    descriptor. A directory that no longer passes (swapped for a link since
+    the policy was derived) is the refusal, naming it."""
+    import fcntl
+
+    from saphan import _native
+
+    fds: dict[str, int] = {}
+    try:
+        for d in dirs:
+            try:
+                raw = _native.open_grant_dir(d)
+            except ValueError as e:
+                raise Refusal(
+                    "workdir-unsafe",
+                    f"{e} (it passed when the run's policy was derived: something changed it "
+                    "since — a concurrent run in an enclosing directory?)",
+                    f"look at {d}; run again once nothing else writes there",
+                ) from None
+            # Above the descriptors a child is given by number (0-2, the
+            # launcher's status descriptor 3).
+            fds[d] = fcntl.fcntl(raw, fcntl.F_DUPFD_CLOEXEC, 10)
+            os.close(raw)
+    except BaseException:
+        for fd in fds.values():
+            os.close(fd)
+        raise
+    return fds
+
+
 def _bubblewrap(policy: Policy) -> Boundary:
     b = _usable_bwrap()
     reaper = _reaper()
+    fds = grant_fds(policy.writable_dirs)
     return Boundary(
         mechanism="bubblewrap",
         version=b.version,
         executable=b.exe,
         executable_sha256=b.sha256,
-        prefix=[*bwrap.render(policy, b.exe), reaper.path, "reap",
+        prefix=[*bwrap.render(policy, b.exe, fds), reaper.path, "reap",
                 "--status-fd", str(STATUS_FD), "--"],
         policy=policy,
         extra={"reaper": {"executable": reaper.path, "sha256": reaper.sha256}},
         status_fd=STATUS_FD,
+        fds=tuple(fds.values()),
     )
 
 
@@ -196,7 +240,10 @@ def compose_landlock_local(
     # The outer bubblewrap is always there: it hides the workspaces, keeps the
     # carve-outs and read denials, and gives the jail its own PID namespace.
     b = _usable_bwrap()
-    outer = bwrap.render_outer(policy, b.exe)
+    fds = grant_fds(tuple(d for d in policy.writable_dirs
+                          if any(d == h or d.startswith(h.rstrip("/") + "/")
+                                 for h in policy.hidden_dirs)))
+    outer = bwrap.render_outer(policy, b.exe, fds)
     extra["read_denials_and_carve_outs_by"] = {
         "mechanism": "bubblewrap", "version": b.version, "executable": b.exe,
         "executable_sha256": b.sha256,
@@ -211,6 +258,7 @@ def compose_landlock_local(
         policy=policy,
         extra={"launcher_version": launcher_version, **extra},
         status_fd=STATUS_FD,
+        fds=tuple(fds.values()),
     )
 
 

@@ -92,6 +92,7 @@ def run(
     stdin_bytes: bytes | None = None,
     time_limit: float | None = None,
     status_fd: int | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> Finished:
     """Run ``argv``; stdin is /dev/null, the file ``stdin_path`` (an agent's
     prompt: never on the command line), or a pipe holding ``stdin_bytes`` and
@@ -102,7 +103,8 @@ def run(
     With ``status_fd``, the child gets a pipe's write end at that descriptor
     number (saphan-launcher's control lines; the launcher closes it before
     the command starts) and what arrives on it is kept in ``status.log``,
-    apart from anything the command itself prints."""
+    apart from anything the command itself prints. ``pass_fds`` are inherited
+    at their numbers (the boundary's ``--bind-fd`` descriptors)."""
     out_path = os.path.join(run_dir, "stdout.log")
     err_path = os.path.join(run_dir, "stderr.log")
     status_path = os.path.join(run_dir, "status.log") if status_fd is not None else None
@@ -125,7 +127,7 @@ def run(
                 argv, cwd=cwd, env=env, stdin=in_f,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 preexec_fn=child_setup,
-                pass_fds=(status_fd,) if status_fd is not None else (),
+                pass_fds=(*pass_fds, *((status_fd,) if status_fd is not None else ())),
             )
             sinks: dict[int, tuple[IO[bytes], IO[bytes] | None]] = {
                 proc.stdout.fileno(): (out_f, sys.stdout.buffer if stream else None),  # type: ignore[union-attr]

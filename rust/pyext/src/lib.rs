@@ -154,6 +154,21 @@ fn check_grant_dir(py: Python<'_>, path: &str) -> Option<String> {
         .map(|e| e.describe().0)
 }
 
+/// An `O_PATH | O_CLOEXEC` descriptor of the directory `path`, reached by
+/// the same walk as `check_grant_dir` (no symbolic link at any component):
+/// what bubblewrap binds (`--bind-fd`), so a directory swapped for a link
+/// after the check is not what gets bound. The caller owns the descriptor.
+/// Raises `ValueError` with the grant rule's message.
+#[pyfunction]
+fn open_grant_dir(py: Python<'_>, path: &str) -> PyResult<i32> {
+    use std::os::fd::IntoRawFd;
+
+    let path = path.to_owned();
+    py.detach(|| grant::open_grant_dir(Path::new(&path)))
+        .map(IntoRawFd::into_raw_fd)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.describe().0))
+}
+
 /// The crate version, shared by the whole workspace.
 #[pyfunction]
 fn version() -> &'static str {
@@ -168,6 +183,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(landlock_highest_known, m)?)?;
     m.add_function(wrap_pyfunction!(sha256_file, m)?)?;
     m.add_function(wrap_pyfunction!(sha256_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(open_grant_dir, m)?)?;
     m.add_function(wrap_pyfunction!(hmac_sha256, m)?)?;
     m.add_function(wrap_pyfunction!(digests_equal, m)?)?;
     m.add_function(wrap_pyfunction!(check_binary_custody, m)?)?;
