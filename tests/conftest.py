@@ -67,6 +67,9 @@ class Saphan:
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
         env["SAPHAN_HOME"] = str(self.home)
+        # The registry of workspaces (hidden in every jail) is per test, not
+        # the account's: a session makes hundreds of workspaces.
+        env["XDG_STATE_HOME"] = str(self.home.parent / "xdg-state")
         env.update(extra)
         return env
 

@@ -38,8 +38,13 @@ def test_reserved_markers_match_the_code() -> None:
     root = DOCS.parent.parent
     sources = [p.read_text() for p in (root / "python" / "saphan").rglob("*.py")
                if p.name != "refusals.py"]
-    sources += [p.read_text() for p in (root / "rust").rglob("*.rs")]
+    # rust/core/src/refusal.rs is Rust's copy of the table (as refusals.py is
+    # Python's); elsewhere Rust names a class by its `RefusalClass::Variant`.
+    table = root / "rust" / "core" / "src" / "refusal.rs"
+    sources += [p.read_text() for p in (root / "rust").rglob("*.rs") if p != table]
     code = "\n".join(sources)
+    variants = re.findall(r"RefusalClass::([A-Z][A-Za-z]+)", code)
+    code += "\n".join('"' + re.sub(r"(?<!^)([A-Z])", r"-\1", v).lower() + '"' for v in variants)
     rows = {m.group(1): m.group(0) for m in
             re.finditer(r"^\| `([a-z-]+)` \|.*$", DOCS.read_text(), flags=re.M)}
     for cls, row in rows.items():

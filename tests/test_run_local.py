@@ -5,11 +5,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import Saphan
+from conftest import Result, Saphan, require
 
 pytestmark = pytest.mark.usefixtures("bwrap_available")
 
@@ -122,15 +123,22 @@ def test_no_bubblewrap_is_a_named_refusal_never_an_unconfined_run(
 ) -> None:
     _setup(saphan)
     marker = tmp_path / "ran"
-    # PATH without bwrap: composition must refuse; the command must not run.
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    for tool in ("sh", "git", "true"):
-        src = os.popen(f"command -v {tool}").read().strip()
-        (bindir / tool).symlink_to(src)
-    env = saphan.env(PATH=str(bindir))
-    r = saphan("run", "--machine", "here", "--slot", "s1", "--workdir", str(tmp_path), "--",
-               "sh", "-c", f"touch {marker}", env=env)
+    # A host without bubblewrap: saphan never takes bwrap from PATH (a run could
+    # plant one there), so hide the system's own in a mount namespace of this
+    # test's (root: `unshare -m` and a bind of /dev/null over it).
+    require(os.geteuid() == 0 and shutil.which("unshare") is not None,
+            "root and unshare(1) to hide /usr/bin/bwrap in a mount namespace")
+    from conftest import saphan_exe
+
+    hide = " && ".join(f"mount --bind /dev/null {d}/bwrap" for d in
+                       ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin")
+                       if os.path.isfile(f"{d}/bwrap") and not os.path.islink(f"{d}/bwrap"))
+    p = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         f'{hide or "true"} && exec "$0" "$@"', saphan_exe(), "run", "--machine", "here",
+         "--slot", "s1", "--workdir", str(tmp_path), "--", "sh", "-c", f"touch {marker}"],
+        capture_output=True, text=True, env=saphan.env(), timeout=120)
+    r = Result(p.returncode, p.stdout, p.stderr)
     assert r.code == 3, r.err
     assert "refused [confinement-unavailable]" in r.err
     assert "apt-get install bubblewrap" in r.err

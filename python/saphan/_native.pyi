@@ -96,6 +96,11 @@ def check_grant_dir(path: str) -> str | None:
 def version() -> str:
     """The Rust workspace version (the launcher's too)."""
 
+def refusal_classes() -> list[str]:
+    """Every refusal class rust/core and saphan-launcher can report
+    (``saphan_core::RefusalClass``), in the table's order; equal as a set to
+    ``saphan.refusals.CLASSES`` (tests/test_refusal_classes_rust.py)."""
+
 def sha256_bytes(data: bytes) -> str: ...
 def hmac_sha256(key: bytes, data: bytes) -> str: ...
 def digests_equal(a: str, b: str) -> bool: ...

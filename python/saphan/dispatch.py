@@ -84,6 +84,7 @@ def execute_local(
     wt_git_dir: str | None = None
     allowed: tuple[str, ...] = ()
     boundary: Boundary | None = None
+    extra_protected: tuple[str, ...] = ()
     try:
         agent = base.get("agent") or {}
         if slot.agent_sha256 is not None:
@@ -106,6 +107,9 @@ def execute_local(
             linked = _verified_worktree(wd, repo.common_dir)
             wt_git_dir = linked.git_dir
             exclude_note = worktrees.ignore_scratch(repo.common_dir)
+            hooks = worktrees.tree_hooks_dir(repo)
+            if hooks is not None and hooks not in protected.NAMES:
+                extra_protected = (hooks,)
         else:
             linked = None
             exclude_note = None
@@ -113,7 +117,7 @@ def execute_local(
                 from saphan import worktrees
 
                 exclude_note = worktrees.ignore_scratch(os.path.join(wd, ".git"))
-        before = protected.snapshot(wd)
+        before = protected.snapshot(wd, extra_protected)
         policy = derive(
             wd,
             return_path=str(out_dir),
@@ -121,7 +125,7 @@ def execute_local(
             read_denials=(str(ws.key_path), str(ws.config_path), *_identity_files(engine),
                           *(adapter.read_denials() if adapter is not None else ())),
             hidden_dirs=_hidden_workspaces(ws.home),
-            readonly_paths=(*protected.carve_outs(wd, allowed),
+            readonly_paths=(*protected.carve_outs(wd, allowed, extra_protected),
                             *(adapter.exposed_paths() if adapter is not None else ())),
             worktree=linked,
         )
@@ -202,11 +206,11 @@ def execute_local(
             record["notes"] = [*record["notes"], (
                 f"the engine killed the run at its time limit ({limit:.0f} s): the tool had "
                 "not ended within its own budget")]
-        changes = protected.changes(before, protected.snapshot(wd))
+        changes = protected.changes(before, protected.snapshot(wd, extra_protected))
         if changes:
             record["protected_changes"] = changes
-            _warn(stream, "this run changed files other tools load or execute: " + ", ".join(
-                f"{c['name']} ({c['what']})" for c in changes))
+            _warn(stream, "this run changed files other tools load or execute: "
+                  + protected.summarize(changes))
     except BaseException as e:
         end.absorb(e, record)
         raise
@@ -219,7 +223,8 @@ def execute_local(
             try:
                 _settle_worktree(record["worktree"], repo, wd, keep_worktree,
                                  git_dir=wt_git_dir, run_dir=str(ws.run_dir(run_id)),
-                                 run_id=run_id, allowed=allowed, stream=stream)
+                                 run_id=run_id, allowed=allowed, extra=extra_protected,
+                                 stream=stream)
             except Exception as e:  # the row is finalised whatever happened here
                 record["worktree"]["settle_error"] = f"{type(e).__name__}: {e}"
                 _warn(stream, f"the run's worktree could not be settled: {e}")
@@ -313,14 +318,14 @@ def _compose_landlock(engine: Engine, machine: str, policy: Policy, agent_sha256
 
 def _settle_worktree(info: dict[str, Any], repo: RepoSpec, wd: str, keep: bool, *,
                      git_dir: str | None, run_dir: str, run_id: str,
-                     allowed: tuple[str, ...], stream: bool) -> None:
+                     allowed: tuple[str, ...], extra: tuple[str, ...], stream: bool) -> None:
     """Import the run's commits (worktrees.import_run), record where its
     branch is; remove the worktree unless kept."""
     from saphan import worktrees
 
     if git_dir is not None:
         imported = worktrees.import_run(repo, git_dir, wd, run_dir, run_id,
-                                        allowed_protected=allowed)
+                                        allowed_protected=allowed, extra_protected=extra)
         info["import"] = imported
         info["head_after"] = imported.get("head", repo.base)
         if imported["result"] == "refused":
@@ -362,12 +367,22 @@ def _make_run_dirs(policy: Policy, *, objects: bool) -> None:
 
 
 def _hidden_workspaces(home: Any) -> tuple[str, ...]:
-    """This workspace, and the default one when another is in use: the jail
-    sees neither (the run's own paths in them are bound back)."""
+    """Every saphan workspace this account knows — this one, the default
+    ``~/.saphan``, each registered one (workspace.registry_path) — and the
+    registry itself: the jail sees none of them (the run's own paths in this
+    one are bound back), so no run reads another workspace's key or rewrites
+    its records, nor drops a workspace from the registry."""
+    from saphan.workspace import registered_workspaces, registry_path
+
     out = [os.path.realpath(home)]
-    default = os.path.realpath(os.path.expanduser("~/.saphan"))
-    if default not in out and os.path.isdir(default):
-        out.append(default)
+    for other in (os.path.expanduser("~/.saphan"), *registered_workspaces()):
+        real = os.path.realpath(other)
+        if real not in out and os.path.isdir(real):
+            out.append(real)
+    reg_dir = os.path.realpath(registry_path().parent)
+    if os.path.isdir(reg_dir) and not any(
+            reg_dir == h or reg_dir.startswith(h.rstrip("/") + "/") for h in out):
+        out.append(reg_dir)
     return tuple(out)
 
 
@@ -377,7 +392,9 @@ def _identity_files(engine: Engine) -> tuple[str, ...]:
 
 
 def _warn(stream: bool, message: str) -> None:
-    print(f"saphan: {message}", file=sys.stderr, flush=True)
+    """A line for the operator's terminal; what a run chose (file names, git's
+    messages about its objects) never reaches it as control characters."""
+    print(f"saphan: {protected.printable(message)}", file=sys.stderr, flush=True)
 
 
 #: the launcher's control lines (status.log)

@@ -179,7 +179,7 @@ def execute_remote(
             workdir=rwd,
             writable_dirs=tuple(dict.fromkeys(writable)),
             writable_literals=pf.devices,
-            scratch_dir=posixpath.join(rwd, ".saphan", "tmp"),
+            scratch_dir=posixpath.join(rwd, ".saphan-run", "tmp"),
             notes=tuple(notes),
         )
         policy_json = landlock.render(policy, agent_sha256=agent_sha)

@@ -726,8 +726,17 @@ class Engine:
         Were it so, the run could rewrite saphan's own database and records;
         the boundary would still hold, but it would guard the wrong things.
         """
+        from saphan.workspace import register_workspace, registered_workspaces
+
         real_wd = os.path.realpath(wd)
         home = os.path.realpath(self.workspace.home)
+        register_workspace(self.workspace.home)  # workspaces made before the registry
+        for other in (os.path.realpath(os.path.expanduser("~/.saphan")), *registered_workspaces()):
+            if other != home and _within(real_wd, other):
+                raise UserError(
+                    f"the working directory {real_wd} lies inside the saphan workspace {other}; "
+                    "a run there could read its key and rewrite its store and records: use a "
+                    "directory outside it")
         # Per-run worktrees live in $SAPHAN_HOME/worktrees/, apart from the store.
         if _within(real_wd, os.path.join(home, "worktrees")) and real_wd != os.path.join(
             home, "worktrees"

@@ -17,6 +17,46 @@ from saphan.refusals import Refusal
 KEY_LENGTH = 32
 
 
+def registry_path() -> Path:
+    """Every workspace saphan has made or used on this account, one path per
+    line: each is hidden inside every run's jail, whichever workspace runs it
+    (a run must not read another workspace's key or rewrite its store)."""
+    state = os.environ.get("XDG_STATE_HOME")
+    base = Path(state) if state and os.path.isabs(state) else Path.home() / ".local" / "state"
+    return base / "saphan" / "workspaces"
+
+
+def registered_workspaces() -> list[str]:
+    """The registered workspaces that still exist (real paths)."""
+    from saphan.confine import nofollow
+
+    try:
+        text = nofollow.read_small(str(registry_path()), 1 << 20).decode("utf-8", "replace")
+    except (OSError, nofollow.PlantedLink):
+        return []
+    out: list[str] = []
+    for line in text.splitlines():
+        p = line.strip()
+        if p.startswith("/") and p not in out and os.path.isdir(p):
+            out.append(p)
+    return out
+
+
+def register_workspace(home: Path) -> None:
+    """Add ``home`` to the registry once (never through a link)."""
+    from saphan.confine import nofollow
+
+    real = os.path.realpath(home)
+    if real in registered_workspaces():
+        return
+    reg = Path(os.path.realpath(registry_path()))
+    try:
+        nofollow.makedirs("/", str(reg.parent).lstrip("/"), 0o700)
+        nofollow.append_line(str(reg), real)
+    except (OSError, ValueError, nofollow.PlantedLink):
+        pass  # best effort: the current workspace is hidden by every run anyway
+
+
 def default_home() -> Path:
     env = os.environ.get("SAPHAN_HOME")
     if env:
@@ -66,6 +106,7 @@ class Workspace:
             created.append(str(self.config_path))
         if _create_exclusive(self.key_path, os.urandom(KEY_LENGTH), 0o600):
             created.append(str(self.key_path))
+        register_workspace(self.home)
         return created
 
     def record_key(self) -> bytes:

@@ -68,10 +68,23 @@ class RepoSpec:
     base_ref: str
 
 
+def _git_exe() -> str:
+    """git from the trusted system directories, never PATH (confine/trusted.py)."""
+    from saphan.confine import trusted
+
+    exe = trusted.find("git")
+    if exe is None:
+        raise UserError(
+            f"--repo needs git with safe custody in {', '.join(trusted.TRUSTED_DIRS)} (saphan "
+            "never runs a git found on PATH, where a run could have planted one); install it "
+            "from the system's packages (`apt-get install git`)")
+    return exe
+
+
 def _git(*args: str, cwd: str | None = None,
          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *_SAFE, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, check=False, env=env)
+    return subprocess.run([_git_exe(), *_SAFE, *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, check=False, env=env)
 
 
 def _git_env() -> dict[str, str]:
@@ -128,6 +141,27 @@ def ignore_scratch(common_dir: str) -> str | None:
     except nofollow.PlantedLink as e:
         return f"{RUN_DIR_NAME}/ was not added to info/exclude: {e}"
     return None
+
+
+def tree_hooks_dir(spec: RepoSpec) -> str | None:
+    """The first component of the repository's ``core.hooksPath`` when it
+    lies inside the working tree (a tracked hooks directory the operator's
+    next commit runs): a protected name for the run. Read from the operator's
+    repository configuration, never from the run's."""
+    # Without _SAFE's own core.hooksPath override, which `--get` would print;
+    # `git config --get` executes nothing.
+    got = subprocess.run([_git_exe(), "-C", spec.toplevel, "config", "--get", "core.hooksPath"],
+                         capture_output=True, text=True, timeout=60, check=False,
+                         env=_git_env())
+    value = got.stdout.strip()
+    if got.returncode != 0 or not value:
+        return None
+    if os.path.isabs(value):
+        if not (value + "/").startswith(spec.toplevel.rstrip("/") + "/"):
+            return None
+        value = os.path.relpath(value, spec.toplevel)
+    first = os.path.normpath(value).split("/", 1)[0]
+    return first if first not in ("", ".", "..") else None
 
 
 def head(path: str) -> str | None:
@@ -198,7 +232,7 @@ def check_object_dir(objects: str) -> list[str]:
 
 def import_run(
     spec: RepoSpec, wt_git_dir: str, workdir: str, run_dir: str, run_id: str,
-    *, allowed_protected: Collection[str] = (),
+    *, allowed_protected: Collection[str] = (), extra_protected: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Import the run's commits onto ``saphan/<run_id>``; always leaves the
     worktree's git dir in saphan's own state. Returns the record's account:
@@ -220,40 +254,64 @@ def import_run(
             return out
         objects = os.path.join(workdir, OBJECTS)
         out["object_files"] = len(check_object_dir(objects))
-        bare = os.path.join(run_dir, "import.git")
-        shutil.rmtree(bare, ignore_errors=True)
-        made = _git("init", "-q", "--bare", bare, env=env)
-        if made.returncode != 0:
-            raise ImportRefused(f"git init {bare}: {made.stderr.strip()}")
-        with open(os.path.join(bare, "objects", "info", "alternates"), "w") as f:
-            f.write(f"{objects}\n{os.path.join(spec.common_dir, 'objects')}\n")
-        with open(os.path.join(bare, "refs", "heads", "run"), "w") as f:
-            f.write(new + "\n")
-        fetched = _git("-C", spec.toplevel, "-c", "transfer.fsckObjects=true",
-                       "-c", "fetch.fsckObjects=true", "fetch", "-q", "--no-tags",
+        main_objects = os.path.join(spec.common_dir, "objects")
+        # The run's side: a bare repository saphan makes, borrowing the run's
+        # objects and the repository's store, whose one ref is the run's head.
+        source = _bare(os.path.join(run_dir, "import.git"), [objects, main_objects],
+                       {"run": new})
+        # A staging repository with no worktrees and the store as a read-only
+        # alternate: git's verified fetch lands here (every object re-hashed,
+        # fsck'd, the head's connectivity checked), never in the repository —
+        # whose other worktrees' HEADs a concurrent run may point anywhere.
+        stage = _bare(os.path.join(run_dir, "stage.git"), [main_objects], {"base": spec.base})
+        fetched = _git("-C", stage, "-c", "transfer.fsckObjects=true",
+                       "-c", "fetch.fsckObjects=true", "-c", "transfer.unpackLimit=1",
+                       "-c", "fetch.unpackLimit=1", "fetch", "-q", "--no-tags",
                        "--no-write-fetch-head", "--no-recurse-submodules", "--no-auto-gc",
-                       "--no-auto-maintenance", bare, f"refs/heads/run:{ref}", env=env)
-        shutil.rmtree(bare, ignore_errors=True)
+                       "--no-auto-maintenance", source, "refs/heads/run:refs/heads/run", env=env)
+        shutil.rmtree(source, ignore_errors=True)
         if fetched.returncode != 0:
             raise ImportRefused(
                 f"git fetch refused the run's objects: {fetched.stderr.strip()[-600:]}")
-        got = _git("-C", spec.toplevel, "rev-parse", "--verify", "--quiet", ref, env=env)
+        got = _git("-C", stage, "rev-parse", "--verify", "--quiet", "refs/heads/run", env=env)
         if got.stdout.strip() != new:
-            raise ImportRefused(f"{ref} is {got.stdout.strip()!r} after the fetch, not {new}")
-        changed = _git("-C", spec.toplevel, "diff", "--no-ext-diff", "--no-textconv",
-                       "--name-only", "-z", spec.base, new, env=env)
+            raise ImportRefused(f"the staged head is {got.stdout.strip()!r}, not {new}")
+        # Every commit's changes, not only base..head as a whole: a file added
+        # and removed again still sits in the history the branch carries.
+        changed = _git("-C", stage, "log", "-m", "--no-renames", "--name-only", "-z",
+                       "--format=", f"{spec.base}..{new}", env=env)
+        if changed.returncode != 0:
+            raise ImportRefused(f"git log of the run's commits failed: {changed.stderr.strip()}")
         touched = protected.touched_in_tree(
-            [p for p in changed.stdout.split("\0") if p], allowed_protected)
+            [p for p in changed.stdout.replace("\n", "\0").split("\0") if p],
+            allowed_protected, extra_protected)
         if touched:
-            _git("-C", spec.toplevel, "update-ref", "-d", ref, env=env)
             raise ImportRefused(
                 "the run's commits change protected paths its permission class does not "
-                f"name: {', '.join(touched)} (files other tools load or execute); "
+                f"name: {protected.printable(', '.join(touched))} (files other tools load or "
+                "execute); "
                 f"the commits stay in {objects} for inspection")
-        count = _git("-C", spec.toplevel, "rev-list", "--count", f"{spec.base}..{new}", env=env)
+        # Into the repository: each verified pack through index-pack --strict,
+        # then the run's branch, created (never moved) at the verified head.
+        pack_dir = os.path.join(stage, "objects", "pack")
+        for name in sorted(os.listdir(pack_dir)):
+            if not name.endswith(".pack"):
+                continue
+            with open(os.path.join(pack_dir, name), "rb") as pack:
+                stored = subprocess.run(
+                    [_git_exe(), *_SAFE, "-C", spec.toplevel, "index-pack", "--strict",
+                     "--stdin"], stdin=pack, capture_output=True, timeout=300, check=False,
+                    env=env)
+            if stored.returncode != 0:
+                raise ImportRefused("git index-pack refused a verified pack: "
+                                    f"{stored.stderr.decode(errors='replace').strip()[-400:]}")
+        made = _git("-C", spec.toplevel, "update-ref", ref, new, "", env=env)
+        if made.returncode != 0:
+            raise ImportRefused(f"git update-ref {ref}: {made.stderr.strip()}")
+        count = _git("-C", stage, "rev-list", "--count", f"{spec.base}..{new}", env=env)
         out.update({"result": "imported", "head": new,
                     "commits": int(count.stdout.strip() or 0)})
-        shutil.rmtree(objects, ignore_errors=True)
+        _remove_objects(workdir)
     except ImportRefused as e:
         out.update({"result": "refused", "why": str(e)})
         # The branch still names the base, so the worktree reads consistently.
@@ -261,9 +319,36 @@ def import_run(
                 env=env).returncode != 0:
             _git("-C", spec.toplevel, "update-ref", ref, spec.base, "", env=env)
     finally:
+        shutil.rmtree(os.path.join(run_dir, "import.git"), ignore_errors=True)
+        shutil.rmtree(os.path.join(run_dir, "stage.git"), ignore_errors=True)
         out["git_dir_reset"] = reset_git_dir(wt_git_dir, ref, spec.toplevel)
     return out
 
+
+def _bare(path: str, alternates: list[str], refs: dict[str, str]) -> str:
+    """A bare repository saphan makes in the run's directory (never a place a
+    run can write), borrowing ``alternates``, with ``refs`` under refs/heads."""
+    shutil.rmtree(path, ignore_errors=True)
+    made = _git("init", "-q", "--bare", path, env=_git_env())
+    if made.returncode != 0:
+        raise ImportRefused(f"git init {path}: {made.stderr.strip()}")
+    with open(os.path.join(path, "objects", "info", "alternates"), "w") as f:
+        f.write("".join(f"{a}\n" for a in alternates))
+    for name, oid in refs.items():
+        with open(os.path.join(path, "refs", "heads", name), "w") as f:
+            f.write(oid + "\n")
+    return path
+
+
+def _remove_objects(workdir: str) -> None:
+    """Remove the run's object directory once imported, reached without
+    following a link (``.saphan-run`` could be one on a lane where a run's
+    process outlived it)."""
+    try:
+        with nofollow.open_dir(os.path.join(workdir, RUN_DIR_NAME)) as d:
+            shutil.rmtree("objects", dir_fd=d)
+    except (OSError, nofollow.PlantedLink):
+        pass
 
 #: what saphan keeps of a worktree's git dir after a run: git's own pointers
 #: (read-only inside the jail, so still what git wrote)

@@ -36,7 +36,7 @@ SHELL: dict[str, str] = {
     "CLAUDE_CONFIG_DIR": "/home/op/.claude-seat", "OPENAI_API_KEY": "sk-openai-op",
     "CODEX_HOME": "/home/op/.codex-seat", "SEAT_KEY": "sk-seat", "LANE_KEY": "sk-lane",
 }
-RUN_VARS = {"TMPDIR": "/wd/.saphan/tmp", "SAPHAN_RUN_ID": "01RUN",
+RUN_VARS = {"TMPDIR": "/wd/.saphan-run/tmp", "SAPHAN_RUN_ID": "01RUN",
             "SAPHAN_RETURN_PATH": "/ws/runs/01RUN/out"}
 NEVER_HERE = ("SSH_AUTH_SOCK", "SSH_AGENT_PID", "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID",
               "GITHUB_TOKEN", "SAPHAN_HOME", "SAPHAN_CLAUDE_BIN", "LD_PRELOAD", "PYTHONPATH",
@@ -57,7 +57,7 @@ def test_only_the_base_and_locales_pass_by_default() -> None:
 
 def test_saphan_sets_tmpdir_and_its_own_names_never_inherited() -> None:
     e = build(SHELL, set_vars=RUN_VARS)
-    assert e.env["TMPDIR"] == "/wd/.saphan/tmp"  # never the operator's /tmp/op-tmp
+    assert e.env["TMPDIR"] == "/wd/.saphan-run/tmp"  # never the operator's /tmp/op-tmp
     assert e.env["SAPHAN_RUN_ID"] == "01RUN"  # never an outer run's id
     assert "TMPDIR" not in e.passed and "SAPHAN_RUN_ID" not in e.passed
     bare = build(SHELL)

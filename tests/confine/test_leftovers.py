@@ -635,3 +635,125 @@ def test_a_directory_swapped_for_a_link_after_the_check_is_not_what_gets_bound(
     with pytest.raises(Refusal, match="symbolic link"):
         grant_fds((str(tmp_path / "fd" / "outer" / "sub"),))
     _tally("directory swapped for a link between check and bind", True)
+
+
+# -- routes a review found on this build (measured as escapes before the fix) --------
+
+FAKE_TOOL = """#!/bin/sh
+echo "$0 $*" >> {marker}
+[ "$1" = --version ] && {{ echo "bubblewrap 0.8.0"; exit 0; }}
+while [ "$1" != "--" ]; do shift; done; shift; exec "$@"
+"""
+
+
+def test_a_bwrap_or_git_planted_on_path_is_never_run(bw: Saphan, repo: Path,
+                                                      tmp_path: Path) -> None:
+    """A run that can write a directory on the operator's PATH plants a fake
+    `bwrap` (exec the command unconfined) and `git`. saphan takes both from
+    the trusted system directories only: the fakes never run, and the next
+    run is confined by the real bubblewrap."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    marker = tmp_path / "FAKE-RAN"
+    for name in ("bwrap", "git"):
+        (fake / name).write_text(FAKE_TOOL.format(marker=marker))
+        (fake / name).chmod(0o755)
+    v = _victims(tmp_path)
+    env = bw.env(**GIT_ENV, PATH=f"{fake}:{os.environ['PATH']}")
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    r = bw("run", "--machine", "here", "--slot", "s1", "--workdir", str(wd), "--", "sh", "-c",
+           f"echo pwned > {v['victim']} 2>/dev/null && echo WROTE; echo done", env=env)
+    assert r.code == 0 and "WROTE" not in r.out, (r.out, r.err)
+    rec = bw.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict)
+    assert not rec["enforced_by"]["executable"].startswith(str(fake))
+    r = bw("run", "--machine", "here", "--slot", "s1", "--repo", str(repo), "--", "sh", "-c",
+           "echo a > a && /usr/bin/git add a && /usr/bin/git commit -q -m a", env=env)
+    assert r.code == 0, r.err
+    assert not marker.exists(), marker.read_text()
+    assert v["victim"].read_text() == "precious\n" * 50
+    _tally("bwrap/git planted on the operator's PATH", True)
+
+
+def test_every_registered_workspace_is_hidden_and_kept_apart(bw: Saphan,
+                                                            tmp_path: Path) -> None:
+    """Another workspace of this account (registered at `saphan init`) is
+    hidden in every jail, whichever workspace runs it; a workdir inside it is
+    refused."""
+    other = tmp_path / "other-ws"
+    env_other = {**bw.env(), "SAPHAN_HOME": str(other)}
+    subprocess.run([*_saphan(), "init"], env=env_other, check=True, capture_output=True)
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    r = bw("run", "--machine", "here", "--slot", "s1", "--workdir", str(wd), "--", "sh", "-c",
+           f"cat {other}/record.key >/dev/null 2>&1 && echo READ-KEY; ls -A {other}; "
+           f"cat {other}/saphan.db >/dev/null 2>&1 && echo READ-DB; echo done")
+    assert r.code == 0, r.err
+    assert "READ-KEY" not in r.out and "READ-DB" not in r.out and "record.key" not in r.out
+    r = bw("run", "--machine", "here", "--slot", "s1", "--workdir", str(other / "runs"), "--",
+           "true")
+    assert r.code == 2 and "inside the saphan workspace" in r.err, r.err
+    _tally("another registered workspace's key and store", True)
+
+
+def _saphan() -> list[str]:
+    from conftest import saphan_exe
+
+    return [saphan_exe()]
+
+
+def test_concurrent_runs_do_not_break_each_others_import(bw: Saphan, repo: Path) -> None:
+    """Run A points its HEAD at an object the repository does not have and
+    stays; run B's import still succeeds (the verified fetch lands in a
+    staging repository, never walking other worktrees' HEADs)."""
+    bw.ok("slot", "set", "here", "s1", "--max-sessions", "2")
+    a = subprocess.Popen(
+        [*_saphan(), "run", "--machine", "here", "--slot", "s1", "--repo", str(repo), "--",
+         "sh", "-c", "gd=$(git rev-parse --absolute-git-dir); "
+         "echo 1111111111111111111111111111111111111111 > $gd/HEAD; sleep 6"],
+        env=bw.env(**GIT_ENV), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(2)
+        r = bw("run", "--machine", "here", "--slot", "s1", "--repo", str(repo), "--", "sh", "-c",
+               "echo b > b && git add b && git commit -q -m B", env=bw.env(**GIT_ENV))
+        assert r.code == 0, r.err
+        rec = bw.ok("runs", "show", "last", "--json").json()
+        assert isinstance(rec, dict)
+        assert rec["worktree"]["import"]["result"] == "imported", rec["worktree"]["import"]
+    finally:
+        a.wait(timeout=60)
+    _tally("a concurrent run's bogus HEAD against another's import", True)
+
+
+def test_tracked_hooks_dir_and_history_are_protected(bw: Saphan, repo: Path) -> None:
+    """A repository whose core.hooksPath is a tracked directory: the run can
+    neither change it in place nor get a change imported — not even one it
+    made and undid in a later commit (every commit is checked)."""
+    hooks = repo / "scripts" / "hooks"
+    hooks.mkdir(parents=True)
+    (hooks / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    git(repo, "add", "scripts")
+    git(repo, "commit", "-q", "-m", "hooks")
+    git(repo, "config", "core.hooksPath", "scripts/hooks")
+    r = bw("run", "--machine", "here", "--slot", "s1", "--repo", str(repo), "--", "sh", "-c",
+           "echo 'touch /tmp/x' >> scripts/hooks/pre-commit 2>/dev/null && echo WROTE; "
+           "mkdir -p .vscode && echo '{}' > .vscode/tasks.json && git add -A && "
+           "git commit -q -m add && git rm -q -r .vscode && git commit -q -m undo; echo done",
+           env=bw.env(**GIT_ENV))
+    assert r.code == 0 and "WROTE" not in r.out, (r.out, r.err)
+    rec = bw.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict)
+    imp = rec["worktree"]["import"]
+    assert imp["result"] == "refused" and ".vscode/tasks.json" in imp["why"], imp
+    _tally("tracked hooks dir / protected file added then removed", True)
+
+
+def test_names_a_run_chooses_reach_the_terminal_escaped(bw: Saphan, tmp_path: Path) -> None:
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    r = bw("run", "--machine", "here", "--slot", "s1", "--workdir", str(wd), "--", "sh", "-c",
+           "mkdir .vscode && touch \"$(printf '.vscode/x\\r\\033[2K\\033]52;c;AAAA\\007')\"")
+    assert r.code == 0, r.err
+    assert "\x1b" not in r.err and "\r" not in r.err and "\x07" not in r.err
+    assert "\\x1b" in r.err

@@ -221,7 +221,7 @@ def test_a_later_grant_cannot_re_expose_a_read_denial(tmp_path: Path) -> None:
     secret.write_text("TOPSECRET\n")
     policy = derive(str(wd), read_denials=(str(secret),))
     argv = bwrap.render(policy, "bwrap")
-    assert argv.index(str(secret)) > max(i for i, a in enumerate(argv) if a == "--bind")
+    assert argv.index(str(secret)) > max(i for i, a in enumerate(argv) if a in ("--bind", "--bind-fd"))
     p = subprocess.run([*argv, "sh", "-c", f"cat {secret}; echo x > {secret}"],
                        capture_output=True, text=True)
     assert "TOPSECRET" not in p.stdout

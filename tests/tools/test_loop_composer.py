@@ -76,7 +76,7 @@ def test_loop_gets_the_tools_jail_plus_the_blinding(saphan_sqlite: Saphan,
     argv = loop["boundary_argv"]
     for path in blinding:
         assert ["--ro-bind", "/dev/null", path] == argv[argv.index(path) - 2: argv.index(path) + 1]
-        assert argv.index(path) > max(i for i, a in enumerate(argv) if a == "--bind")
+        assert argv.index(path) > max(i for i, a in enumerate(argv) if a in ("--bind", "--bind-fd"))
     assert sorted(loop["blinding"]["env_scrubbed"]) == ["KEY_A", "KEY_B"]
     shown = s.ok("runs", "show", loop["id"]).out
     assert f"lane:        b: m-b at {srv.base_url}/v1 (key on a pipe; $KEY_B scrubbed)" in shown

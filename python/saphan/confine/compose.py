@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import shutil
 import subprocess
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -68,7 +67,10 @@ def compose_local(policy: Policy, *, run_dir: str) -> Boundary:
 
 
 def find_bwrap() -> str | None:
-    return shutil.which("bwrap")
+    """bubblewrap from the trusted system directories only (confine/trusted.py)."""
+    from saphan.confine import trusted
+
+    return trusted.find("bwrap")
 
 
 @dataclass(frozen=True)
@@ -81,17 +83,18 @@ class _Bwrap:
 def _usable_bwrap() -> _Bwrap:
     """bubblewrap on PATH that can create a sandbox here, or the refusal."""
     from saphan import _native
+    from saphan.confine import trusted
 
     exe = find_bwrap()
     if exe is None:
         raise Refusal(
             "confinement-unavailable",
-            "bubblewrap (bwrap) is not installed on this control plane, so no write "
-            f"boundary can be composed (PATH={os.environ.get('PATH', '')})",
+            "bubblewrap (bwrap) is not installed on this control plane with safe custody in "
+            f"{', '.join(trusted.TRUSTED_DIRS)}, so no write boundary can be composed (saphan "
+            "never takes it from PATH, where a run could have planted one)",
             "install it: `apt-get install bubblewrap` (Debian/Ubuntu) or "
-            "`dnf install bubblewrap` (Fedora/RHEL)",
+            "`dnf install bubblewrap` (Fedora/RHEL); it must be root-owned, mode 0755",
         )
-    exe = os.path.realpath(exe)
     try:
         version = subprocess.run(
             [exe, "--version"], capture_output=True, text=True, timeout=10, check=False

@@ -97,6 +97,27 @@ NAMES: tuple[str, ...] = (
     # ~/.ripgreprc), e.g. `--pre=COMMAND` runs a program on every file
     # searched; matters when the tree is a HOME, like the shell files (anchor list).
     ".ripgreprc",
+    # Git hook managers: husky's `.husky/` (core.hooksPath points there once
+    # `husky install` ran), a repository's own `.githooks/`, and pre-commit's
+    # configuration (which hooks the next commit runs).
+    ".husky",
+    ".githooks",
+    ".pre-commit-config.yaml",
+    # Yarn: `.yarnrc.yml`'s yarnPath names a JavaScript file every yarn command
+    # executes.
+    ".yarnrc.yml",
+    # Dev containers: build and lifecycle commands run when the tree is opened.
+    ".devcontainer",
+    # Cargo: `.cargo/config.toml` in a project sets rustc-wrapper, runners and
+    # aliases that cargo runs from any directory below it.
+    ".cargo",
+    # When the tree is a HOME: XDG configuration (git's `.config/git/config`
+    # with core.fsmonitor — measured —, fish, systemd user units), `.local`
+    # (`.local/bin` on PATH, `.local/state/saphan`), and `.ssh` (config with
+    # ProxyCommand, authorized_keys).
+    ".config",
+    ".local",
+    ".ssh",
 )
 
 #: a regular file larger than this is compared by size, times and inode, not read
@@ -123,7 +144,8 @@ def _check_allowed(allowed: Collection[str]) -> frozenset[str]:
     return frozenset(allowed)
 
 
-def carve_outs(workdir: str, allowed: Collection[str]) -> tuple[str, ...]:
+def carve_outs(workdir: str, allowed: Collection[str],
+               extra: Sequence[str] = ()) -> tuple[str, ...]:
     """Absolute paths of the protected entries at the top of ``workdir`` that
     are real files or directories (``lstat``; a link is never followed) and
     not named in ``allowed``: to be bound read-only in the jail.
@@ -135,7 +157,7 @@ def carve_outs(workdir: str, allowed: Collection[str]) -> tuple[str, ...]:
         raise ValueError(f"{workdir!r} is not an absolute path")
     keep = _check_allowed(allowed)
     out: list[str] = []
-    for name in NAMES:
+    for name in (*NAMES, *extra):
         if name in keep:
             continue
         path = os.path.join(workdir, name)
@@ -324,7 +346,7 @@ def _walk(root_fd: int, name: str, entries: dict[str, Entry], listed: set[str],
             os.close(fd)
 
 
-def snapshot(workdir: str) -> Snapshot:
+def snapshot(workdir: str, extra: Sequence[str] = ()) -> Snapshot:
     """Every protected entry at the top of ``workdir`` and, for directories,
     below it (breadth first, at most :data:`MAX_ENTRIES` per name).
 
@@ -341,7 +363,7 @@ def snapshot(workdir: str) -> Snapshot:
     incomplete: dict[str, str] = {}
     budget = _Budget()
     try:
-        for name in NAMES:
+        for name in dict.fromkeys((*NAMES, *extra)):
             _walk(root_fd, name, entries, listed, incomplete, budget)
     finally:
         os.close(root_fd)
@@ -402,7 +424,7 @@ def changes(before: Snapshot, after: Snapshot) -> list[dict[str, Any]]:
                 out.append({"name": path, "what": "created", "kind": a.kind})
         elif b is not None and _absent(after, path):
             out.append({"name": path, "what": "removed", "kind": b.kind})
-    for name in NAMES:
+    for name in dict.fromkeys((*before.incomplete, *after.incomplete)):
         why = [f"{when}: {s.incomplete[name]}" for when, s in
                (("before the run", before), ("after the run", after)) if name in s.incomplete]
         if why:
@@ -411,10 +433,17 @@ def changes(before: Snapshot, after: Snapshot) -> list[dict[str, Any]]:
 
 
 def summarize(found: Sequence[Mapping[str, Any]], limit: int = 12) -> str:
-    """One line for the terminal: the first ``limit`` changes and a count."""
-    shown = [f"{c['name']} ({c['what']})" for c in found[:limit]]
+    """One line for the terminal: the first ``limit`` changes and a count.
+    Names are a run's to choose: control characters are shown escaped, never
+    sent to the operator's terminal."""
+    shown = [f"{printable(str(c['name']))} ({c['what']})" for c in found[:limit]]
     more = len(found) - len(shown)
     return ", ".join(shown) + (f" and {more} more (see the record)" if more > 0 else "")
+
+
+def printable(text: str) -> str:
+    """``text`` with every non-printable character escaped (``\\x1b``)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _fold(name: str) -> str:
@@ -424,13 +453,14 @@ def _fold(name: str) -> str:
     return name.translate(_HFS_IGNORED).rstrip(". ").casefold()
 
 
-def touched_in_tree(paths: Iterable[str], allowed: Collection[str]) -> list[str]:
+def touched_in_tree(paths: Iterable[str], allowed: Collection[str],
+                    extra: Sequence[str] = ()) -> list[str]:
     """The repository-relative ``paths`` (as ``git diff --name-only -z base
     new`` prints them) whose first component is a protected name not in
     ``allowed``, in order, each once. Names are compared as a case-insensitive
     filesystem would (``.VSCode/x`` is ``.vscode/x`` on a Mac checkout)."""
     keep = {_fold(n) for n in _check_allowed(allowed)}
-    guarded = {_fold(n) for n in NAMES} - keep
+    guarded = {_fold(n) for n in (*NAMES, *extra)} - keep
     out: dict[str, None] = {}
     for path in paths:
         if _fold(path.split("/", 1)[0]) in guarded:

@@ -19,9 +19,11 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::file_facts;
+use crate::refusal::RefusalClass;
 use crate::sys;
 
 /// Why a path may not be granted. Each variant names the offending
@@ -83,13 +85,15 @@ impl GrantError {
     /// `workdir-unsafe`; a malformed or absent path is `policy-invalid`
     /// (the launcher reports an absent working directory as
     /// `workdir-missing`).
-    pub fn refusal_class(&self) -> &'static str {
+    pub fn refusal_class(&self) -> RefusalClass {
         match self {
-            GrantError::Symlink { .. } | GrantError::NotDirectory { .. } => "workdir-unsafe",
+            GrantError::Symlink { .. } | GrantError::NotDirectory { .. } => {
+                RefusalClass::WorkdirUnsafe
+            }
             GrantError::NotAbsolute { .. }
             | GrantError::NotNormalised { .. }
             | GrantError::Missing { .. }
-            | GrantError::Inaccessible { .. } => "policy-invalid",
+            | GrantError::Inaccessible { .. } => RefusalClass::PolicyInvalid,
         }
     }
 
@@ -226,7 +230,7 @@ fn classify(path: &Path, component: PathBuf, source: io::Error) -> GrantError {
         Ok(meta) if !meta.is_dir() => GrantError::NotDirectory {
             path,
             component,
-            kind: file_kind(meta.file_type()),
+            kind: file_facts::file_kind(meta.file_type()),
         },
         // A directory after all (it changed under us), or unmeasurable: say
         // what the walk itself was answered.
@@ -235,27 +239,6 @@ fn classify(path: &Path, component: PathBuf, source: io::Error) -> GrantError {
             component,
             source,
         },
-    }
-}
-
-/// A human name for a file type.
-pub(crate) fn file_kind(ft: std::fs::FileType) -> &'static str {
-    if ft.is_dir() {
-        "directory"
-    } else if ft.is_file() {
-        "regular file"
-    } else if ft.is_symlink() {
-        "symbolic link"
-    } else if ft.is_char_device() {
-        "character device"
-    } else if ft.is_block_device() {
-        "block device"
-    } else if ft.is_fifo() {
-        "FIFO"
-    } else if ft.is_socket() {
-        "socket"
-    } else {
-        "file of unknown type"
     }
 }
 
@@ -330,7 +313,7 @@ mod tests {
             }
             other => panic!("expected a symlink error, got {other:?}"),
         }
-        assert_eq!(err.refusal_class(), "workdir-unsafe");
+        assert_eq!(err.refusal_class(), RefusalClass::WorkdirUnsafe);
         let (message, fix) = err.describe();
         assert_eq!(
             message,
@@ -393,7 +376,7 @@ mod tests {
                 }
                 other => panic!("expected not-a-directory, got {other:?}"),
             }
-            assert_eq!(err.refusal_class(), "workdir-unsafe");
+            assert_eq!(err.refusal_class(), RefusalClass::WorkdirUnsafe);
         }
         let err = check_grant_dir(Path::new("/dev/null")).unwrap_err();
         assert!(err.describe().0.contains("/dev/null is a character device"));
@@ -407,7 +390,7 @@ mod tests {
             GrantError::Missing { component, .. } => assert_eq!(component, &base.join("gone")),
             other => panic!("expected missing, got {other:?}"),
         }
-        assert_eq!(err.refusal_class(), "policy-invalid");
+        assert_eq!(err.refusal_class(), RefusalClass::PolicyInvalid);
         assert!(err
             .describe()
             .0
@@ -431,7 +414,7 @@ mod tests {
             } else {
                 assert!(matches!(err, GrantError::NotAbsolute { .. }), "{bad:?}");
             }
-            assert_eq!(err.refusal_class(), "policy-invalid");
+            assert_eq!(err.refusal_class(), RefusalClass::PolicyInvalid);
             assert_eq!(err.component(), None);
         }
     }

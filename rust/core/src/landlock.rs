@@ -27,7 +27,9 @@ use ::landlock::{
     RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
+use crate::file_facts;
 use crate::grant::{self, GrantError};
+use crate::refusal::RefusalClass;
 use crate::sys;
 
 /// The lowest ABI with scoping (`LANDLOCK_SCOPE_SIGNAL`,
@@ -160,15 +162,17 @@ pub enum LandlockError {
 
 impl LandlockError {
     /// The refusal class from the closed table (SPEC.md §4).
-    pub fn refusal_class(&self) -> &'static str {
+    pub fn refusal_class(&self) -> RefusalClass {
         match self {
-            LandlockError::Incapable(_) => "landlock-incapable",
-            LandlockError::BelowFloor { .. } => "landlock-below-floor",
+            LandlockError::Incapable(_) => RefusalClass::LandlockIncapable,
+            LandlockError::BelowFloor { .. } => RefusalClass::LandlockBelowFloor,
             LandlockError::Grant(e) => e.refusal_class(),
-            LandlockError::PathOpen { .. } | LandlockError::NotCanonical { .. } => "policy-invalid",
+            LandlockError::PathOpen { .. } | LandlockError::NotCanonical { .. } => {
+                RefusalClass::PolicyInvalid
+            }
             LandlockError::Ruleset(_)
             | LandlockError::NotFullyEnforced { .. }
-            | LandlockError::NoNewPrivs => "confinement-unavailable",
+            | LandlockError::NoNewPrivs => RefusalClass::ConfinementUnavailable,
         }
     }
 
@@ -351,10 +355,7 @@ fn open_writable(
     path: &Path,
     rights: &Rights,
 ) -> Result<(File, BitFlags<AccessFs>), LandlockError> {
-    let first = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
+    let first = file_facts::open_nofollow(path, libc::O_PATH)
         .and_then(|fd| fd.metadata().map(|meta| (fd, meta.file_type())));
     match first {
         Ok((fd, ft)) if ft.is_file() || ft.is_char_device() || ft.is_block_device() => {
@@ -560,7 +561,7 @@ mod tests {
     fn level_selection_refuses_below_floor_and_caps_above_known() {
         for level in 1..FLOOR {
             let err = level_to_handle(AbiProbe::Supported(Abi(level))).unwrap_err();
-            assert_eq!(err.refusal_class(), "landlock-below-floor");
+            assert_eq!(err.refusal_class(), RefusalClass::LandlockBelowFloor);
             assert_eq!(
                 err.to_string(),
                 format!("this kernel measures landlock abi={level}, the floor is 3")
@@ -582,7 +583,7 @@ mod tests {
             AbiProbe::Failed(1),
         ] {
             let err = level_to_handle(probe).unwrap_err();
-            assert_eq!(err.refusal_class(), "landlock-incapable");
+            assert_eq!(err.refusal_class(), RefusalClass::LandlockIncapable);
             assert!(err.to_string().contains("abi=0"));
         }
     }
@@ -767,7 +768,7 @@ mod tests {
             }
             other => panic!("expected a grant error, got {other:?}"),
         }
-        assert_eq!(err.refusal_class(), "workdir-unsafe");
+        assert_eq!(err.refusal_class(), RefusalClass::WorkdirUnsafe);
         assert_eq!(
             err.to_string(),
             grant::check_grant_dir(&base.join("link"))
@@ -793,7 +794,7 @@ mod tests {
             matches!(err, LandlockError::Grant(GrantError::Missing { .. })),
             "{err}"
         );
-        assert_eq!(err.refusal_class(), "policy-invalid");
+        assert_eq!(err.refusal_class(), RefusalClass::PolicyInvalid);
 
         let (fd, access) = open_writable(&base.join("real"), &rights).unwrap();
         assert_eq!(access, rights.handled);

@@ -5,21 +5,32 @@
 //! * [`landlock`] — ABI measurement and the write boundary;
 //! * [`policy`] — the one JSON value the engine sends to the launcher;
 //! * [`digest`] — streaming SHA-256;
-//! * [`custody`] — the four custody clauses and key-file custody;
+//! * [`binary_custody`] — the four custody clauses (SPEC.md §7): who can
+//!   replace the binary that is running;
+//! * [`secret_file`] — custody-checked reads of the record key, lane
+//!   credential files and the lanes file;
+//! * [`refusal`] — the closed table of refusal classes ([`RefusalClass`]);
 //! * [`grant`] — the one rule for a writable directory grant (no symbolic
 //!   link anywhere on its path), shared by both lanes;
 //! * [`process`] — the dumpable flag, the parent-death signal, and what a
 //!   supervisor needs (subreaper, signals, wait, kill, an inherited status
 //!   descriptor).
 //!
+//! The private `file_facts` module holds what the custody checks, the grant
+//! rule and the Landlock rule builder share: open without following a final
+//! link, fstat the descriptor, name a file's kind, owner and mode.
+//!
 //! `unsafe` is confined to the private `sys` module (raw syscalls); every
 //! other module carries `#![forbid(unsafe_code)]`.
 
-pub mod custody;
+pub mod binary_custody;
 pub mod digest;
+mod file_facts;
 pub mod grant;
 pub mod landlock;
 pub mod policy;
+pub mod refusal;
+pub mod secret_file;
 mod sys;
 
 /// Process attributes the engine sets on itself and on a child between fork
@@ -40,12 +51,12 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
-pub use custody::{
-    BinaryCustodyError, Caller, Clause, CustodyViolation, KeyCustodyError, StatFacts,
-};
+pub use binary_custody::{BinaryCustodyError, Caller, Clause, CustodyViolation, StatFacts};
 pub use grant::{check_grant_dir, GrantError};
 pub use landlock::{Abi, AbiProbe, LandlockError};
 pub use policy::{Policy, PolicyError};
+pub use refusal::RefusalClass;
+pub use secret_file::{KeyCustodyError, SecretKind};
 
 /// The crate version (the workspace's shared version).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -69,13 +80,13 @@ pub enum Error {
 impl Error {
     /// The refusal class (SPEC.md §4) when this error is a refusal; `None`
     /// for plain I/O errors.
-    pub fn refusal_class(&self) -> Option<&'static str> {
+    pub fn refusal_class(&self) -> Option<RefusalClass> {
         match self {
             Error::Landlock(e) => Some(e.refusal_class()),
-            Error::Policy(_) => Some("policy-invalid"),
-            Error::BinaryCustody(_) => Some("custody-binary-unsafe"),
-            Error::KeyCustody(e) if e.is_custody() => Some("custody-key-unsafe"),
-            Error::KeyCustody(_) | Error::Io { .. } => None,
+            Error::Policy(e) => Some(e.refusal_class()),
+            Error::BinaryCustody(e) => Some(e.refusal_class()),
+            Error::KeyCustody(e) => e.refusal_class(),
+            Error::Io { .. } => None,
         }
     }
 }
@@ -125,5 +136,61 @@ impl From<BinaryCustodyError> for Error {
 impl From<KeyCustodyError> for Error {
     fn from(e: KeyCustodyError) -> Self {
         Error::KeyCustody(e)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_error_names_its_refusal_class() {
+        let io = || io::Error::from_raw_os_error(libc::EACCES);
+        let p = || PathBuf::from("/p");
+        let cases: Vec<(Error, Option<RefusalClass>)> = vec![
+            (
+                LandlockError::BelowFloor { measured: 2 }.into(),
+                Some(RefusalClass::LandlockBelowFloor),
+            ),
+            (
+                policy::parse("{}").unwrap_err().into(),
+                Some(RefusalClass::PolicyInvalid),
+            ),
+            (
+                BinaryCustodyError::Unmeasurable {
+                    path: p(),
+                    source: io(),
+                }
+                .into(),
+                Some(RefusalClass::CustodyBinaryUnsafe),
+            ),
+            (
+                KeyCustodyError::Empty {
+                    what: SecretKind::Key,
+                    path: p(),
+                }
+                .into(),
+                Some(RefusalClass::CustodyKeyUnsafe),
+            ),
+            (
+                KeyCustodyError::Io {
+                    path: p(),
+                    source: io(),
+                }
+                .into(),
+                None,
+            ),
+            (
+                Error::Io {
+                    path: p(),
+                    source: io(),
+                },
+                None,
+            ),
+        ];
+        for (e, class) in cases {
+            assert_eq!(e.refusal_class(), class, "{e:?}");
+        }
     }
 }

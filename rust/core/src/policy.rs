@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+use crate::refusal::RefusalClass;
+
 /// The only policy version this launcher understands.
 pub const VERSION: u64 = 1;
 
@@ -68,6 +70,11 @@ impl PolicyError {
 
     pub fn message(&self) -> &str {
         &self.0
+    }
+
+    /// Every policy error is `policy-invalid`.
+    pub fn refusal_class(&self) -> RefusalClass {
+        RefusalClass::PolicyInvalid
     }
 }
 

@@ -14,9 +14,9 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use saphan_core::custody::{self, Caller, CustodyViolation, StatFacts};
+use saphan_core::binary_custody::{self, Caller, CustodyViolation, StatFacts};
 use saphan_core::landlock::{self, AbiProbe};
-use saphan_core::{digest, policy, process, BinaryCustodyError};
+use saphan_core::{digest, policy, process, BinaryCustodyError, RefusalClass};
 
 use crate::cli::Launch;
 use crate::refusal::{Refusal, EXIT_REFUSED};
@@ -80,7 +80,7 @@ pub fn self_custody() -> Result<SelfCustody, CustodyFailure> {
     };
     let caller = Caller::current().map_err(|e| unmeasurable(Path::new(SELF_EXE), e))?;
     let real = std::fs::canonicalize(SELF_EXE).map_err(|e| unmeasurable(Path::new(SELF_EXE), e))?;
-    match custody::check_binary(&real, &caller) {
+    match binary_custody::check_binary(&real, &caller) {
         Ok(facts) => Ok(SelfCustody { facts, caller }),
         Err(e) => Err(CustodyFailure {
             refusal: Refusal::custody(&e),
@@ -326,7 +326,7 @@ pub fn exited_line(outcome: &Outcome) -> String {
 pub fn launch(custody: Result<(), &Refusal>, launch: Launch, confine: bool) -> ExitCode {
     if let Err(e) = process::set_dumpable(false) {
         let r = Refusal::new(
-            "confinement-unavailable",
+            RefusalClass::ConfinementUnavailable,
             format!("the launcher cannot make itself non-dumpable: {e}"),
             "report the kernel release with this message",
         );
@@ -392,7 +392,7 @@ fn start_refusal(e: &StartError) -> Refusal {
         StartError::Spawn(err) => format!("the command cannot be started: {err}"),
     };
     Refusal::new(
-        "confinement-unavailable",
+        RefusalClass::ConfinementUnavailable,
         message,
         "report the kernel release with this message; without a supervisor the launcher \
          cannot promise that no process outlives the run, so it runs nothing",
@@ -431,7 +431,7 @@ fn prepare(policy_json: &str, cmd: &OsString, status: &mut Status) -> Result<Pre
 
     if policy.agent_sha256.is_some() && !cmd_path.is_absolute() {
         return Err(Refusal::new(
-            "policy-invalid",
+            RefusalClass::PolicyInvalid,
             format!(
                 "the policy pins agent_sha256 but the command {} is not an absolute path; a \
                  pinned digest names one exact file, never a PATH lookup",
@@ -455,7 +455,7 @@ fn prepare(policy_json: &str, cmd: &OsString, status: &mut Status) -> Result<Pre
     if let Some(pinned) = &policy.agent_sha256 {
         let actual = digest::sha256_file(cmd_path).map_err(|e| {
             Refusal::new(
-                "digest-mismatch",
+                RefusalClass::DigestMismatch,
                 format!(
                     "the pinned agent {} cannot be read to verify its digest (pinned sha256 \
                      {pinned}): {e}",
@@ -466,7 +466,7 @@ fn prepare(policy_json: &str, cmd: &OsString, status: &mut Status) -> Result<Pre
         })?;
         if &actual != pinned {
             return Err(Refusal::new(
-                "digest-mismatch",
+                RefusalClass::DigestMismatch,
                 format!(
                     "agent {} has sha256 {actual}, the policy pins sha256 {pinned}",
                     cmd_path.display()

@@ -1,5 +1,7 @@
-//! Refusals: a class from the closed table, a message with the measured
-//! numbers, a remediation. Printed exactly as the Python CLI prints them:
+//! Refusals: a class from the closed table (a
+//! [`saphan_core::RefusalClass`], never a bare string), a message with the
+//! measured numbers, a remediation. Printed exactly as the Python CLI prints
+//! them:
 //!
 //! ```text
 //! refused [CLASS]: MESSAGE
@@ -15,15 +17,15 @@
 use std::fmt;
 use std::path::Path;
 
-use saphan_core::custody::NOT_ASSERTED;
-use saphan_core::{BinaryCustodyError, GrantError, LandlockError, PolicyError};
+use saphan_core::binary_custody::NOT_ASSERTED;
+use saphan_core::{BinaryCustodyError, GrantError, LandlockError, PolicyError, RefusalClass};
 
 /// The single exit code of every refusal.
 pub const EXIT_REFUSED: u8 = 3;
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct Refusal {
-    pub class: &'static str,
+    pub class: RefusalClass,
     pub message: String,
     pub fix: String,
     /// Lines printed after `fix:` (custody refusals state what is not asserted).
@@ -31,7 +33,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    pub fn new(class: &'static str, message: impl Into<String>, fix: impl Into<String>) -> Self {
+    pub fn new(class: RefusalClass, message: impl Into<String>, fix: impl Into<String>) -> Self {
         Refusal {
             class,
             message: message.into(),
@@ -42,7 +44,7 @@ impl Refusal {
 
     pub fn policy(e: &PolicyError) -> Self {
         Refusal::new(
-            "policy-invalid",
+            e.refusal_class(),
             e.to_string(),
             format!(
                 "send one JSON object with exactly the keys version (1), workdir, writable, \
@@ -76,7 +78,7 @@ impl Refusal {
     /// (a symbolic link or a non-directory where its scratch directory goes).
     pub fn workdir_unsafe(workdir: &Path, why: &str, fix: &str) -> Self {
         Refusal::new(
-            "workdir-unsafe",
+            RefusalClass::WorkdirUnsafe,
             format!(
                 "the working directory {} is not safe to run in: {why}",
                 workdir.display()
@@ -97,7 +99,7 @@ impl Refusal {
 
     pub fn workdir_missing(workdir: &Path, why: &str) -> Self {
         Refusal::new(
-            "workdir-missing",
+            RefusalClass::WorkdirMissing,
             format!(
                 "the working directory {} is not usable on this machine: {why}",
                 workdir.display()
@@ -107,16 +109,11 @@ impl Refusal {
         )
     }
 
+    /// The running binary failed its custody check (or could not be
+    /// measured); the refusal also states what the check does not assert.
     pub fn custody(e: &BinaryCustodyError) -> Self {
-        let fix = match e {
-            BinaryCustodyError::Unsafe(v) => v.remediation(),
-            BinaryCustodyError::Unmeasurable { .. } => {
-                "run the launcher from an installed file this process can stat (and its parent \
-                 directory)"
-                    .to_owned()
-            }
-        };
-        let mut r = Refusal::new("custody-binary-unsafe", e.to_string(), fix);
+        let (message, fix) = e.describe();
+        let mut r = Refusal::new(e.refusal_class(), message, fix);
         r.notes.push(NOT_ASSERTED.to_owned());
         r
     }
@@ -144,13 +141,44 @@ mod tests {
 
     #[test]
     fn format_matches_the_python_cli() {
-        let r = Refusal::new("seat-full", "m", "f");
+        let r = Refusal::new(RefusalClass::SeatFull, "m", "f");
         assert_eq!(r.to_string(), "refused [seat-full]: m\nfix: f");
     }
 
     #[test]
+    fn every_class_prints_its_table_name() {
+        for class in RefusalClass::ALL {
+            let r = Refusal::new(class, "m", "f");
+            let name = class.as_str();
+            assert_eq!(r.to_string(), format!("refused [{name}]: m\nfix: f"));
+            assert_eq!(
+                r.status_line(),
+                format!("saphan-launcher: refused [{name}] m")
+            );
+        }
+    }
+
+    #[test]
+    fn an_unmeasurable_binary_is_refused_with_its_fix_and_the_note() {
+        let e = BinaryCustodyError::Unmeasurable {
+            path: PathBuf::from("/proc/self/exe"),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        let r = Refusal::custody(&e);
+        assert_eq!(r.class, RefusalClass::CustodyBinaryUnsafe);
+        assert_eq!(
+            r.to_string(),
+            format!(
+                "refused [custody-binary-unsafe]: the custody of /proc/self/exe cannot be \
+                 measured: entity not found\nfix: run the launcher from an installed file this \
+                 process can stat (and its parent directory)\n{NOT_ASSERTED}"
+            )
+        );
+    }
+
+    #[test]
     fn status_line_is_one_line() {
-        let r = Refusal::new("workdir-unsafe", "a\nb", "f");
+        let r = Refusal::new(RefusalClass::WorkdirUnsafe, "a\nb", "f");
         assert_eq!(
             r.status_line(),
             "saphan-launcher: refused [workdir-unsafe] a b"
@@ -164,21 +192,21 @@ mod tests {
             component: PathBuf::from("/far"),
         });
         let r = Refusal::landlock(&e, Path::new("/far/wd"));
-        assert_eq!(r.class, "workdir-missing");
+        assert_eq!(r.class, RefusalClass::WorkdirMissing);
         assert!(r.message.contains("/far does not exist"), "{}", r.message);
         let e = LandlockError::Grant(GrantError::Missing {
             path: PathBuf::from("/home/a/.claude/projects/x"),
             component: PathBuf::from("/home/a/.claude"),
         });
         let r = Refusal::landlock(&e, Path::new("/far/wd"));
-        assert_eq!(r.class, "policy-invalid");
+        assert_eq!(r.class, RefusalClass::PolicyInvalid);
         assert_eq!(r.message, e.to_string());
     }
 
     #[test]
     fn below_floor_names_the_measured_level() {
         let r = Refusal::landlock(&LandlockError::BelowFloor { measured: 2 }, Path::new("/w"));
-        assert_eq!(r.class, "landlock-below-floor");
+        assert_eq!(r.class, RefusalClass::LandlockBelowFloor);
         assert_eq!(
             r.message,
             "this kernel measures landlock abi=2, the floor is 3"
@@ -196,7 +224,7 @@ mod tests {
             };
             assert_eq!(
                 Refusal::landlock(&e, Path::new("/far/wd")).class,
-                "workdir-missing"
+                RefusalClass::WorkdirMissing
             );
         }
         let e = LandlockError::PathOpen {
@@ -205,7 +233,7 @@ mod tests {
         };
         assert_eq!(
             Refusal::landlock(&e, Path::new("/far/wd")).class,
-            "policy-invalid"
+            RefusalClass::PolicyInvalid
         );
     }
 }

@@ -35,8 +35,9 @@ pub fn custody_outcome<'py>(
     d.set_item("parent_mode", f.parent_mode)?;
     d.set_item("caller_euid", violation.caller.euid)?;
     d.set_item("caller_groups", violation.caller.groups.clone())?;
-    d.set_item("message", violation.message())?;
-    d.set_item("remediation", violation.remediation())?;
-    d.set_item("not_asserted", saphan_core::custody::NOT_ASSERTED)?;
+    let (message, remediation) = violation.describe();
+    d.set_item("message", message)?;
+    d.set_item("remediation", remediation)?;
+    d.set_item("not_asserted", saphan_core::binary_custody::NOT_ASSERTED)?;
     Ok(Some(d))
 }

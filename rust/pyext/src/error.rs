@@ -63,7 +63,7 @@ impl From<NativeError> for PyErr {
         match e.0 {
             Error::Policy(p) => PyValueError::new_err(p.to_string()),
             Error::KeyCustody(CoreKeyError::Io { path, source }) => os_error(&path, source),
-            Error::KeyCustody(k) => KeyCustodyError::new_err((k.to_string(), k.remediation())),
+            Error::KeyCustody(k) => KeyCustodyError::new_err(k.describe()),
             Error::Io { path, source } => os_error(&path, source),
             Error::BinaryCustody(BinaryCustodyError::Unmeasurable { path, source }) => {
                 os_error(&path, source)

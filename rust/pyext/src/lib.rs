@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use saphan_core::custody::{self, Caller};
-use saphan_core::{digest, grant, landlock, policy, process};
+use saphan_core::binary_custody::{self, Caller};
+use saphan_core::{digest, grant, landlock, policy, process, secret_file, RefusalClass};
 
 pub use error::KeyCustodyError;
 use error::NativeError;
@@ -71,7 +71,7 @@ fn digests_equal(a: &str, b: &str) -> bool {
 #[pyfunction]
 fn check_binary_custody(py: Python<'_>, path: PathBuf) -> PyResult<Option<Bound<'_, PyDict>>> {
     let caller = Caller::current().map_err(|e| NativeError::io(&path, e))?;
-    convert::custody_outcome(py, custody::check_binary(&path, &caller))
+    convert::custody_outcome(py, binary_custody::check_binary(&path, &caller))
 }
 
 /// As `check_binary_custody`, for an explicit caller (tests).
@@ -83,7 +83,7 @@ fn check_binary_custody_as(
     groups: Vec<u32>,
 ) -> PyResult<Option<Bound<'_, PyDict>>> {
     let caller = Caller::new(euid, groups);
-    convert::custody_outcome(py, custody::check_binary(&path, &caller))
+    convert::custody_outcome(py, binary_custody::check_binary(&path, &caller))
 }
 
 /// Reads a key file after its custody checks (owner-only, no symlink, exact
@@ -94,7 +94,7 @@ fn read_key_file(
     path: PathBuf,
     length: u64,
 ) -> Result<Bound<'_, PyBytes>, NativeError> {
-    let bytes = py.detach(|| custody::read_key_file(&path, length))?;
+    let bytes = py.detach(|| secret_file::read_key_file(&path, length))?;
     Ok(PyBytes::new(py, &bytes))
 }
 
@@ -107,7 +107,7 @@ fn read_secret_file(
     path: PathBuf,
     max_len: u64,
 ) -> Result<Bound<'_, PyBytes>, NativeError> {
-    let bytes = py.detach(|| custody::read_secret_file(&path, max_len))?;
+    let bytes = py.detach(|| secret_file::read_secret_file(&path, max_len))?;
     Ok(PyBytes::new(py, &bytes))
 }
 
@@ -119,7 +119,7 @@ fn read_lanes_file(
     path: PathBuf,
     max_len: u64,
 ) -> Result<Bound<'_, PyBytes>, NativeError> {
-    let bytes = py.detach(|| custody::read_lanes_file(&path, max_len))?;
+    let bytes = py.detach(|| secret_file::read_lanes_file(&path, max_len))?;
     Ok(PyBytes::new(py, &bytes))
 }
 
@@ -169,6 +169,14 @@ fn open_grant_dir(py: Python<'_>, path: &str) -> PyResult<i32> {
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.describe().0))
 }
 
+/// Every refusal class rust/core and saphan-launcher can report, in the
+/// table's order: the names of `saphan_core::RefusalClass` (held equal to
+/// `saphan.refusals.CLASSES` by tests/test_refusal_classes_rust.py).
+#[pyfunction]
+fn refusal_classes() -> Vec<&'static str> {
+    RefusalClass::ALL.iter().map(|c| c.as_str()).collect()
+}
+
 /// The crate version, shared by the whole workspace.
 #[pyfunction]
 fn version() -> &'static str {
@@ -196,5 +204,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_policy, m)?)?;
     m.add_function(wrap_pyfunction!(check_grant_dir, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(refusal_classes, m)?)?;
     Ok(())
 }
