@@ -11,14 +11,12 @@ Nothing here waits: there is no loop beyond the one retry.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from saphan.liveness import Holder, Liveness, RemoteCheck, check
 from saphan.refusals import Refusal
 from saphan.store import Store
 from saphan.store.rows import RunRow, Slot
-from saphan.timefmt import now_iso
 
 #: Returns the workspace record key (Workspace.record_key), read only when a
 #: dead holder's record is to be signed.
@@ -52,27 +50,9 @@ def recover_dead_holders(
     for run in store.live_runs(slot.machine, slot.name):
         life = holder_liveness(run, remote)
         if life.state == "dead":
-            note = f"finalised by conflict handling: holder dead ({life.evidence})"
-            finished_at = now_iso()
-            if record_key is not None:
-                from saphan.records import finalised_record_json
+            from saphan.run.record import holder_dead
 
-                record_json = finalised_record_json(
-                    record_key(), run, outcome="holder-dead", note=note, finished_at=finished_at
-                )
-            else:
-                record = run.record()
-                record.pop("record_signature", None)  # it would no longer verify
-                record.setdefault("notes", []).append(note)
-                record["outcome"] = "holder-dead"
-                record_json = json.dumps(record, sort_keys=True)
-            store.finalize(
-                run.id,
-                state="ended",
-                outcome="holder-dead",
-                record_json=record_json,
-                finished_at=finished_at,
-            )
+            holder_dead(store, run, life.evidence, record_key)
         else:
             holding.append((run, life))
     return holding

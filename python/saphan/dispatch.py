@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +25,15 @@ from saphan.confine.grants import (
 )
 from saphan.confine.policy import Policy
 from saphan.refusals import CLASSES, Refusal
+from saphan.run import record as recorder
+from saphan.run.record import RunEnd
 from saphan.store.rows import Slot
 from saphan.timefmt import now_iso
 from saphan.tools.binaries import check_pin
 from saphan.transport import local
 
 if TYPE_CHECKING:
-    from saphan.engine import Engine
+    from saphan.context import Context
     from saphan.records import RunRecord
     from saphan.tools.adapter import Adapter
     from saphan.tools.permission_class import PermissionClass
@@ -58,7 +59,7 @@ NOT_RESTRICTED = {
 
 
 def execute_local(
-    engine: Engine,
+    ctx: Context,
     slot: Slot,
     base: dict[str, Any],
     argv: list[str],
@@ -75,8 +76,7 @@ def execute_local(
     """``adapter`` (an agent tool) composes ``argv`` from the derived policy
     and may confine itself (tools/adapter.py); the argv guard then checks the
     final command line right before launch."""
-    store = engine.store
-    ws = engine.workspace
+    ws = ctx.workspace
     run_id = base["id"]
     record: dict[str, Any] = {**base, "started_at": now_iso(), "enforced_by": None}
     end = RunEnd()
@@ -122,7 +122,7 @@ def execute_local(
             wd,
             return_path=str(out_dir),
             session_dirs=adapter.session_dirs() if adapter is not None else (),
-            read_denials=(str(ws.key_path), str(ws.config_path), *_identity_files(engine),
+            read_denials=(str(ws.key_path), str(ws.config_path), *_identity_files(ctx),
                           *(adapter.read_denials() if adapter is not None else ())),
             hidden_dirs=_hidden_workspaces(ws.home),
             readonly_paths=(*protected.carve_outs(wd, allowed, extra_protected),
@@ -143,7 +143,7 @@ def execute_local(
             boundary = vendor
         elif boundary_choice == "landlock":
             assert agent_sha256 is not None
-            boundary = _compose_landlock(engine, slot.machine, policy, agent_sha256)
+            boundary = _compose_landlock(ctx, slot.machine, policy, agent_sha256)
         else:
             boundary = compose_local(policy, run_dir=str(run_dir))
         _make_run_dirs(policy, objects=linked is not None)
@@ -182,8 +182,7 @@ def execute_local(
                 # memory or environ. Restored when the run ends.
                 was_dumpable = local.set_dumpable(False)
         limit = adapter.time_limit() if adapter is not None else None
-        store.mark_running(run_id)
-        engine.write_record_file({**record, "state": "running"})
+        recorder.running(ctx, record)
         finished = local.run(
             [*boundary.prefix, *argv], cwd=wd, run_dir=str(run_dir), env=env,
             stream=stream, stdin_path=adapter.stdin_path if adapter is not None else None,
@@ -228,69 +227,16 @@ def execute_local(
             except Exception as e:  # the row is finalised whatever happened here
                 record["worktree"]["settle_error"] = f"{type(e).__name__}: {e}"
                 _warn(stream, f"the run's worktree could not be settled: {e}")
-        finish_run(engine, record, end)
-    return engine.run_record(run_id)
+        recorder.finished(ctx, record, end)
+    return ctx.run_record(run_id)
 
 
-class RunEnd:
-    """How a run's body ended, as every lane records it.
-
-    Starts as "error" (anything unforeseen); ``exited`` records a normal end;
-    ``absorb`` classifies the exception on its way out (the caller re-raises).
-    """
-
-    def __init__(self) -> None:
-        self.outcome = "error"
-        self.state = "ended"
-        self.exit_code: int | None = None
-        self.refusal_class: str | None = None
-
-    def exited(self, code: int) -> None:
-        self.exit_code = code
-        self.outcome = "exited" if code == 0 else "failed"
-
-    def absorb(
-        self,
-        e: BaseException,
-        record: dict[str, Any],
-        interrupted_note: Callable[[local.Interrupted], str] = str,
-    ) -> None:
-        if isinstance(e, Refusal):
-            self.outcome, self.state, self.refusal_class = "refused", "refused", e.cls
-            record["refusal"] = e.as_dict()
-            e.run_id = record["id"]
-        elif isinstance(e, local.Interrupted):
-            self.outcome, self.exit_code = "interrupted", e.exit_code
-            record["notes"] = [*record.get("notes", []), interrupted_note(e)]
-        elif isinstance(e, KeyboardInterrupt):
-            self.outcome = "interrupted"
-        else:
-            self.outcome = "error"
-            record["error"] = f"{type(e).__name__}: {e}"
-
-
-def finish_run(engine: Engine, record: dict[str, Any], end: RunEnd) -> None:
-    """Finalise a run's row by id and write its record file (every lane ends here).
-
-    The record is signed with the workspace record key and carries every
-    column the row gets (records.SIGNED_COLUMNS), finished_at included.
-    """
-    record.update({"finished_at": now_iso(), "outcome": end.outcome,
-                   "exit_code": end.exit_code, "state": end.state})
-    engine.store.finalize(
-        record["id"], state=end.state, outcome=end.outcome, exit_code=end.exit_code,
-        refusal_class=end.refusal_class, record_json=engine.signed_record_json(record),
-        finished_at=record["finished_at"],
-    )
-    engine.write_record_file(record)
-
-
-def _compose_landlock(engine: Engine, machine: str, policy: Policy, agent_sha256: str) -> Boundary:
+def _compose_landlock(ctx: Context, machine: str, policy: Policy, agent_sha256: str) -> Boundary:
     """The gate, then the launcher that measured the row, then the composition."""
     from saphan import launcher
     from saphan.confine.landlock_gate import FACT_KIND, gate
 
-    fact = engine.verified_fact(machine, FACT_KIND)
+    fact = ctx.verified_fact(machine, FACT_KIND)
     value, measured_at = fact if fact is not None else (None, None)
     level = gate(machine, value, measured_at)
     assert value is not None
@@ -386,9 +332,9 @@ def _hidden_workspaces(home: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _identity_files(engine: Engine) -> tuple[str, ...]:
+def _identity_files(ctx: Context) -> tuple[str, ...]:
     """Every SSH machine's private key: unreadable inside every jail."""
-    return tuple(m.identity_file for m in engine.machines() if m.identity_file)
+    return tuple(m.identity_file for m in ctx.machines() if m.identity_file)
 
 
 def _warn(stream: bool, message: str) -> None:

@@ -33,22 +33,24 @@ from __future__ import annotations
 import os
 import posixpath
 import shlex
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from saphan.confine import landlock
 from saphan.confine.landlock_gate import FACT_KIND as LANDLOCK_FACT
 from saphan.confine.landlock_gate import gate
 from saphan.confine.policy import Policy
-from saphan.dispatch import RunEnd, finish_run
 from saphan.errors import TransportError, UserError
 from saphan.liveness import Holder
 from saphan.refusals import Refusal
+from saphan.run import record as recorder
+from saphan.run.record import RunEnd
 from saphan.store.rows import Machine, Slot
 from saphan.timefmt import now_iso
 from saphan.tools.binaries import check_pin
 
 if TYPE_CHECKING:
-    from saphan.engine import Engine
+    from saphan.context import Context
     from saphan.records import RunRecord
     from saphan.remote import Preflight
 
@@ -68,7 +70,7 @@ _CONFIRMATION = "saphan-launcher: landlock "
 
 
 def run_remote(
-    engine: Engine,
+    ctx: Context,
     slot: Slot,
     machine: Machine,
     base: dict[str, Any],
@@ -81,8 +83,6 @@ def run_remote(
     stream: bool,
 ) -> RunRecord:
     """The remote branch of :meth:`Engine.run`, after the cast."""
-    from saphan.capacity import reserve_seat
-
     name = machine.name
     if repo is not None:
         raise UserError(
@@ -100,20 +100,65 @@ def run_remote(
     wd = posixpath.normpath(wd)
     base.update({"workdir": wd, "argv": argv})
     base["transport"] = {"kind": "ssh", "address": machine.address()}
-    try:
-        ordinal = reserve_seat(
-            engine.store, slot, run_id=base["id"], tool=slot.tool, workdir=wd, holder=holder,
-            remote=engine.remote_liveness(machine), record_key=engine.workspace.record_key,
-        )
-    except Refusal as refusal:
-        engine._record_refused(base, slot.tool, holder, refusal)
-        raise
+    from saphan.run.reserve import reserve
+
+    ordinal = reserve(ctx, slot, base, wd, holder, remote=ctx.remote_liveness(machine))
     base["session_ordinal"] = ordinal
-    return execute_remote(engine, slot, machine, base, argv, wd, stream=stream)
+    return execute_remote(ctx, slot, machine, base, argv, wd, stream=stream)
+
+
+@dataclass
+class _Far:
+    """What the gate and the preflight dial established, before the seat."""
+
+    level: int
+    delivered: dict[str, Any]
+    conn: Any
+    pf: Preflight
+    launcher_sha: str
+    argv: list[str]
+    agent_sha: str
+
+
+def _prepare(ctx: Context, slot: Slot, machine: Machine, base: dict[str, Any],
+             argv: list[str], wd: str) -> _Far:
+    """The gate on the machine's row, then one dial: the far workdir, the
+    launcher and the command, each checked. What was learned goes into
+    ``base`` (the run's record), so a refusal's record carries it."""
+    from saphan import remote
+
+    name = machine.name
+    row = ctx.verified_fact(name, LANDLOCK_FACT)
+    value, measured_at = row if row is not None else (None, None)
+    level = gate(name, value, measured_at)
+    assert value is not None
+    delivered = _delivered(ctx, name)
+    conn = ctx.ssh(machine)
+    pf = remote.preflight(conn, workdir=wd, launcher_path=delivered["path"],
+                          tool=slot.tool, agent=argv[0])
+    base["preflight"] = pf.as_record()
+    if pf.get("workdir_missing") is not None:
+        raise Refusal(
+            "workdir-missing",
+            f"the working directory {wd} does not exist on {name} (the preflight could not "
+            "enter it there)",
+            f"create it on {name} (`mkdir -p {wd}` as {machine.ssh_user}) or pass an "
+            "existing --workdir",
+        )
+    launcher_sha = _check_launcher(name, pf, delivered, value)
+    _check_workdir_apart(name, pf)
+    agent_path, agent_sha = _agent(name, pf, argv[0], wd)
+    argv = [agent_path, *argv[1:]]
+    base["argv"] = argv
+    base["agent"] = {"path": agent_path, "sha256": agent_sha, "resolved_on": name}
+    if slot.agent_sha256 is not None:
+        base["agent"]["pinned_sha256"] = slot.agent_sha256
+        check_pin(name, slot.name, slot.agent_sha256, agent_path, agent_sha, far=True)
+    return _Far(level, delivered, conn, pf, launcher_sha, argv, agent_sha)
 
 
 def execute_remote(
-    engine: Engine,
+    ctx: Context,
     slot: Slot,
     machine: Machine,
     base: dict[str, Any],
@@ -124,42 +169,27 @@ def execute_remote(
 ) -> RunRecord:
     from saphan import remote
 
-    store = engine.store
     run_id = base["id"]
     name = machine.name
     record: dict[str, Any] = {**base, "started_at": now_iso(), "enforced_by": None}
     end = RunEnd()
     far: dict[str, Any] = {}
     leave_live = False
+    discarded = False
     try:
-        run_dir = engine.workspace.run_dir(run_id)
+        try:
+            prepared = _prepare(ctx, slot, machine, record, argv, wd)
+        except UserError:
+            # The far dial found the request bad (no such command there):
+            # nothing ran, so no row stays (and nothing is recorded).
+            discarded = True
+            recorder.discarded(ctx, run_id)
+            raise
+        run_dir = ctx.workspace.run_dir(run_id)
         run_dir.mkdir(parents=True, exist_ok=True)
-        row = engine.verified_fact(name, LANDLOCK_FACT)
-        value, measured_at = row if row is not None else (None, None)
-        level = gate(name, value, measured_at)
-        assert value is not None
-        delivered = _delivered(engine, name)
-        conn = engine.ssh(machine)
-        pf = remote.preflight(conn, workdir=wd, launcher_path=delivered["path"],
-                              tool=slot.tool, agent=argv[0])
-        record["preflight"] = pf.as_record()
-        if pf.get("workdir_missing") is not None:
-            raise Refusal(
-                "workdir-missing",
-                f"the working directory {wd} does not exist on {name} (the preflight could not "
-                "enter it there)",
-                f"create it on {name} (`mkdir -p {wd}` as {machine.ssh_user}) or pass an "
-                "existing --workdir",
-            )
-        launcher_sha = _check_launcher(name, pf, delivered, value)
-        _check_workdir_apart(name, pf)
-        agent_path, agent_sha = _agent(name, pf, argv[0], wd)
-        argv = [agent_path, *argv[1:]]
-        record["argv"] = argv
-        record["agent"] = {"path": agent_path, "sha256": agent_sha, "resolved_on": name}
-        if slot.agent_sha256 is not None:
-            record["agent"]["pinned_sha256"] = slot.agent_sha256
-            check_pin(name, slot.name, slot.agent_sha256, agent_path, agent_sha, far=True)
+        level, delivered, conn, pf = (prepared.level, prepared.delivered, prepared.conn,
+                                      prepared.pf)
+        launcher_sha, argv, agent_sha = prepared.launcher_sha, prepared.argv, prepared.agent_sha
         rwd = pf.get("workdir") or wd
         writable = [rwd]
         notes: list[str] = []
@@ -194,8 +224,7 @@ def execute_remote(
             "writable": policy.writable_set(),
             "notes": [*policy.notes, NOT_RESTRICTED],
         })
-        store.mark_running(run_id)
-        engine.write_record_file({**record, "state": "running"})
+        recorder.running(ctx, record)
 
         def watch(raw: bytes) -> bool:
             line = raw.decode(errors="replace")
@@ -206,7 +235,7 @@ def execute_remote(
                 except ValueError:
                     return True  # not the far script's line: leave it in view
                 far.update({"pid": pid, "start_ticks": ticks, "boot_id": boot})
-                store.set_holder(run_id, (remote.holder_host(machine), pid, ticks, boot))
+                ctx.store.set_holder(run_id, (remote.holder_host(machine), pid, ticks, boot))
                 return False
             if line.startswith(_LAUNCHER_MISMATCH):
                 far["launcher_sha256_at_start"] = line[len(_LAUNCHER_MISMATCH):].strip()
@@ -252,17 +281,16 @@ def execute_remote(
                 f"(pid {far.get('pid')}) ran; the seat stays held by it until conflict handling "
                 "finds it dead or `saphan runs finalize` ends it"
             )]
-            store.set_record(run_id, engine.signed_record_json({**record, "state": "running"}))
-            engine.write_record_file({**record, "state": "running"})
-        else:
-            finish_run(engine, record, end)
-    return engine.run_record(run_id)
+            recorder.still_running(ctx, record)
+        elif not discarded:
+            recorder.finished(ctx, record, end)
+    return ctx.run_record(run_id)
 
 
-def _delivered(engine: Engine, name: str) -> dict[str, Any]:
+def _delivered(ctx: Context, name: str) -> dict[str, Any]:
     from saphan.remote import FACT_KIND
 
-    fact = engine.verified_fact(name, FACT_KIND)
+    fact = ctx.verified_fact(name, FACT_KIND)
     if fact is None:
         raise Refusal(
             "confinement-unavailable",
@@ -310,10 +338,11 @@ def _check_workdir_apart(name: str, pf: Preflight) -> None:
     """
     rwd, ldir = pf.get("workdir") or "", pf.get("launcher_dir_real") or ""
     if ldir and (ldir == rwd or ldir.startswith(rwd.rstrip("/") + "/")):
-        raise UserError(
+        raise Refusal(
+            "workdir-unsafe",
             f"the working directory {rwd} on {name} contains saphan's launcher directory "
-            f"{ldir}; a run there could replace the program that confines it: use a "
-            "directory outside it"
+            f"{ldir}; a run there could replace the program that confines it",
+            "use a working directory outside it",
         )
 
 

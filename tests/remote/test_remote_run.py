@@ -153,10 +153,28 @@ def test_sigterm_hangs_up_the_far_process_and_finalises(far: Remote) -> None:
     assert any("hung up (SIGHUP)" in n for n in rec["notes"])
 
 
-def test_far_workdir_holding_the_launcher_is_bad_input(far: Remote) -> None:
+def test_far_workdir_holding_the_launcher_is_refused(far: Remote) -> None:
+    """A far workdir holding the launcher's directory is `workdir-unsafe`
+    (SPEC §4), recorded — never a UserError after the seat was taken."""
     far.ready("far1")
     h = far.host("far1")
     r = far(*RUN, "--workdir", str(h.home), "--", "true")
-    assert r.code == 2
+    assert r.code == 3, r.err
+    assert "refused [workdir-unsafe]" in r.err
     assert "contains saphan's launcher directory" in r.err
-    assert far.record()["outcome"] == "error"  # the seat was reserved, then given back
+    rec = far.record()
+    assert rec["refusal"]["class"] == "workdir-unsafe" and rec["finished_at"]
+
+
+def test_a_bad_request_found_by_the_far_dial_leaves_no_row(far: Remote) -> None:
+    """The command does not exist on the far machine: a UserError (exit 2),
+    and the seat the run had reserved is given back with no row left."""
+    far.ready("far1")
+    h = far.host("far1")
+    wd = h.mkdir("badreq/wd")
+    before = far.ok("runs", "list", "--json").json()
+    r = far(*RUN, "--workdir", str(wd), "--", "no-such-command-saphan-test")
+    assert r.code == 2, r.err
+    assert "not found on far1" in r.err
+    assert far.ok("runs", "list", "--json").json() == before
+    far.ok(*RUN, "--workdir", str(wd), "--", "true")  # the seat is free

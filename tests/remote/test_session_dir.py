@@ -147,7 +147,7 @@ def _claude_run(far: Remote, name: str, wd: Path, script: str) -> RunRecord:
     try:
         base = {"id": new_run_id(), "machine": name, "slot": "c1", "tool": "claude",
                 "argv": [], "saphan_version": "test", "requested_at": "now"}
-        return run_remote(engine, engine.slot(name, "c1"), engine.machine(name), base,
+        return run_remote(engine.ctx, engine.slot(name, "c1"), engine.machine(name), base,
                           ["sh", "-c", script], workdir=str(wd), repo=None,
                           holder=current_holder(), boundary=None, stream=False)
     finally:

@@ -24,7 +24,7 @@ from saphan.tools.codex import CodexAdapter, Provider
 from saphan.tools.instruction import Instruction, Resume
 
 if TYPE_CHECKING:
-    from saphan.engine import Engine
+    from saphan.context import Context
     from saphan.lanes import Lane
 
 
@@ -44,7 +44,7 @@ class Request:
 
 
 def prepare(
-    engine: Engine, tool: str, request: Request, *, workdir: str, run_id: str,
+    ctx: Context, tool: str, request: Request, *, workdir: str, run_id: str,
     confinement: str, run_dir: Path,
 ) -> Adapter:
     if (request.prompt is None) == (request.prompt_file is None):
@@ -78,11 +78,11 @@ def prepare(
                 "are not set in saphan's environment; export them (the engine passes them to "
                 "the agent at launch and records only their names)"
             )
-    resume = _resume(engine, tool, request.resume, wd) if request.resume else None
+    resume = _resume(ctx, tool, request.resume, wd) if request.resume else None
     if tool == "loop":
         from saphan.loop.adapter import interpreter
 
-        lane_parts = _lane(engine, request)
+        lane_parts = _lane(ctx, request)
         binary = interpreter()
     else:
         binary = binaries.identify(tool)
@@ -95,7 +95,7 @@ def prepare(
         return ClaudeAdapter(binary, instruction, confinement, run_id)
     if tool == "codex":
         return CodexAdapter(binary, instruction, confinement, run_id,
-                            provider=_codex_provider(engine))
+                            provider=_codex_provider(ctx))
     if tool == "loop":
         from saphan.loop.adapter import DEFAULT_MAX_SECONDS, DEFAULT_MAX_TURNS, LoopAdapter
 
@@ -111,14 +111,14 @@ def prepare(
     raise UserError(f"tool {tool!r} has no adapter in this build")
 
 
-def _lane(engine: Engine, request: Request) -> tuple[Lane, dict[str, bytes], tuple[str, ...],
+def _lane(ctx: Context, request: Request) -> tuple[Lane, dict[str, bytes], tuple[str, ...],
                                                    tuple[str, ...]]:
     """The run's lane and every lane's key (read here, outside any jail, under
     custody), what the jail must hide (every lane's credential file and the
     lanes file), and every lane's credential variable (scrubbed by name)."""
     from saphan import lanes
 
-    file = engine.lanes_path
+    file = ctx.lanes_path
     declared = lanes.load(file)
     lane = lanes.choose(declared, request.lane)
     keys = lanes.read_all(declared, lane)
@@ -129,8 +129,8 @@ def _lane(engine: Engine, request: Request) -> tuple[Lane, dict[str, bytes], tup
     return lane, keys, hidden, scrub
 
 
-def _resume(engine: Engine, tool: str, run_ref: str, workdir: str) -> Resume:
-    previous = engine.run_record(run_ref).data
+def _resume(ctx: Context, tool: str, run_ref: str, workdir: str) -> Resume:
+    previous = ctx.run_record(run_ref).data
     if previous.get("tool") != tool:
         raise UserError(f"--resume {run_ref}: run {previous['id']} ran tool "
                         f"{previous.get('tool')!r}, this slot runs {tool!r}")
@@ -145,8 +145,8 @@ def _resume(engine: Engine, tool: str, run_ref: str, workdir: str) -> Resume:
     return Resume(run_id=str(previous["id"]), session_id=str(session))
 
 
-def _codex_provider(engine: Engine) -> Provider | None:
-    cfg = engine.config
+def _codex_provider(ctx: Context) -> Provider | None:
+    cfg = ctx.config
     if cfg.codex_base_url is None:
         return None
     return Provider(base_url=cfg.codex_base_url, env_key=cfg.codex_env_key or "OPENAI_API_KEY")

@@ -1,0 +1,1 @@
+"""A run: its request, cast, reservation, composition, dispatch and record (pipeline.py)."""
