@@ -107,9 +107,11 @@ def run(
         return run_remote(ctx, s, m, base, command, workdir=workdir, repo=repo,
                           holder=holder, boundary=boundary, stream=stream)
 
-    from saphan import worktrees
+    spec = None
+    if repo is not None:
+        from saphan import worktrees
 
-    spec = worktrees.resolve_repo(os.fspath(repo), base_ref) if repo is not None else None
+        spec = worktrees.resolve_repo(os.fspath(repo), base_ref)
     if spec is None and not os.path.isdir(wd):
         missing = Refusal(
             "workdir-missing",
