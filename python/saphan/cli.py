@@ -290,7 +290,9 @@ def machine_deliver(
             if "probe_error" in res:
                 click.echo(f"{res['machine']}: probe: {res['probe_error']}", err=True)
     if any(r["result"] == "refused" for r in results):
-        ctx.exit(3)
+        from saphan.errors import REFUSAL_EXIT_CODE
+
+        ctx.exit(REFUSAL_EXIT_CODE)
     if any(r["result"] == "error" or "probe_error" in r for r in results):
         ctx.exit(EXIT_FAILED)
 
@@ -806,8 +808,8 @@ def main() -> None:
     except KeyboardInterrupt:
         _fail(130, "interrupted")
     except Exception as e:
+        from saphan.errors import Interrupted
         from saphan.store import StoreError
-        from saphan.transport.local import Interrupted
 
         if isinstance(e, StoreError):
             _fail(EXIT_FAILED, f"error: store: {e}")

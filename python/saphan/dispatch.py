@@ -18,12 +18,12 @@ from saphan.confine import environment, nofollow, protected
 from saphan.confine.compose import Boundary, compose_landlock_local, compose_local
 from saphan.confine.grants import (
     LinkedWorktree,
-    NotGrantable,
     derive,
     make_run_dirs,
     verify_linked_worktree,
 )
 from saphan.confine.policy import Policy
+from saphan.errors import NotGrantable, PlantedLink
 from saphan.refusals import CLASSES, Refusal
 from saphan.run import record as recorder
 from saphan.run.record import RunEnd
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from saphan.context import Context
     from saphan.records import RunRecord
     from saphan.tools.adapter import Adapter
-    from saphan.tools.permission_class import PermissionClass
     from saphan.worktrees import RepoSpec
 
 #: What each mechanism does not restrict, written into every record it enforces.
@@ -62,7 +61,6 @@ def execute_local(
     ctx: Context,
     slot: Slot,
     base: dict[str, Any],
-    argv: list[str],
     wd: str,
     *,
     stream: bool = True,
@@ -70,12 +68,12 @@ def execute_local(
     agent_sha256: str | None = None,
     repo: RepoSpec | None = None,
     keep_worktree: bool = True,
-    adapter: Adapter | None = None,
-    command_class: PermissionClass | None = None,
+    adapter: Adapter,
 ) -> RunRecord:
-    """``adapter`` (an agent tool) composes ``argv`` from the derived policy
-    and may confine itself (tools/adapter.py); the argv guard then checks the
-    final command line right before launch."""
+    """``adapter`` (one per tool, tools/registry.py; a command slot's is
+    tools.adapter.CommandAdapter) composes ``argv`` from the derived policy
+    and may confine itself; the argv guard then checks the final command line
+    right before launch."""
     ws = ctx.workspace
     run_id = base["id"]
     record: dict[str, Any] = {**base, "started_at": now_iso(), "enforced_by": None}
@@ -95,7 +93,7 @@ def execute_local(
         run_dir = ws.run_dir(run_id)
         out_dir = run_dir / "out"
         out_dir.mkdir(parents=True, exist_ok=True)
-        pc = adapter.instruction.permission_class if adapter is not None else command_class
+        pc = adapter.instruction.permission_class
         allowed = pc.writable_protected if pc is not None else ()
         if repo is not None:
             from saphan import worktrees
@@ -121,12 +119,12 @@ def execute_local(
         policy = derive(
             wd,
             return_path=str(out_dir),
-            session_dirs=adapter.session_dirs() if adapter is not None else (),
+            session_dirs=adapter.session_dirs(),
             read_denials=(str(ws.key_path), str(ws.config_path), *_identity_files(ctx),
-                          *(adapter.read_denials() if adapter is not None else ())),
+                          *adapter.read_denials()),
             hidden_dirs=_hidden_workspaces(ws.home),
             readonly_paths=(*protected.carve_outs(wd, allowed, extra_protected),
-                            *(adapter.exposed_paths() if adapter is not None else ())),
+                            *adapter.exposed_paths()),
             worktree=linked,
         )
         if exclude_note is not None:
@@ -138,17 +136,15 @@ def execute_local(
                    f"{policy.workdir}; that directory is what this run may write")
             policy = replace(policy, notes=(*policy.notes, via))
             _warn(stream, via)
-        vendor = adapter.vendor_boundary(policy) if adapter is not None else None
+        vendor = adapter.vendor_boundary(policy)
         if vendor is not None:
             boundary = vendor
         elif boundary_choice == "landlock":
-            assert agent_sha256 is not None
-            boundary = _compose_landlock(ctx, slot.machine, policy, agent_sha256)
+            boundary = _compose_landlock(ctx, slot.machine, policy, adapter.binary.sha256)
         else:
             boundary = compose_local(policy, run_dir=str(run_dir))
         _make_run_dirs(policy, objects=linked is not None)
-        if adapter is not None:
-            argv = adapter.argv(policy)
+        argv = adapter.argv(policy)
         record.update(
             {
                 "enforced_by": boundary.record(),
@@ -160,32 +156,28 @@ def execute_local(
                 "boundary_argv": boundary.prefix,
             }
         )
-        if adapter is not None:
-            record.update({"argv": argv, **adapter.record(policy)})
-            adapter.guard([*boundary.prefix, *argv])
+        record.update({"argv": argv, **adapter.record(policy)})
+        adapter.guard([*boundary.prefix, *argv])
         built = environment.build(
             os.environ,
-            allow=adapter.env_allowed() if adapter is not None else (
-                command_class.credentials if command_class is not None else ()),
+            allow=adapter.env_allowed(),
             set_vars={"TMPDIR": policy.scratch_dir, "SAPHAN_RUN_ID": run_id,
                       "SAPHAN_RETURN_PATH": str(out_dir), **dict(policy.setenv)},
         )
         env = built.env
         record["environment"] = {"passed": list(built.passed), "set": list(built.set)}
-        secret = None
-        if adapter is not None:
-            env = adapter.environment(env)
-            secret = adapter.stdin_bytes()
-            if secret is not None:
-                # This process holds the key (and maybe the operator's export of
-                # it): while the run lasts, no same-user process may read its
-                # memory or environ. Restored when the run ends.
-                was_dumpable = local.set_dumpable(False)
-        limit = adapter.time_limit() if adapter is not None else None
+        env = adapter.environment(env)
+        secret = adapter.stdin_bytes()
+        if secret is not None:
+            # This process holds the key (and maybe the operator's export of
+            # it): while the run lasts, no same-user process may read its
+            # memory or environ. Restored when the run ends.
+            was_dumpable = local.set_dumpable(False)
+        limit = adapter.time_limit()
         recorder.running(ctx, record)
         finished = local.run(
             [*boundary.prefix, *argv], cwd=wd, run_dir=str(run_dir), env=env,
-            stream=stream, stdin_path=adapter.stdin_path if adapter is not None else None,
+            stream=stream, stdin_path=adapter.stdin_path,
             stdin_bytes=secret, time_limit=limit, status_fd=boundary.status_fd,
             pass_fds=boundary.fds,
         )
@@ -196,10 +188,9 @@ def execute_local(
         if finished.status_path is not None:
             record["output"]["status"] = finished.status_path
             _launcher_status(boundary, finished.status_path, record, end)
-        if adapter is not None:
-            facts = adapter.after_run(finished.stdout_path)
-            record.update(facts)
-            end.outcome = adapter.outcome(facts) or end.outcome
+        facts = adapter.after_run(finished.stdout_path)
+        record.update(facts)
+        end.outcome = adapter.outcome(facts) or end.outcome
         if finished.killed_at_limit:
             end.outcome = "time-limit-killed"
             record["notes"] = [*record["notes"], (
@@ -234,12 +225,9 @@ def execute_local(
 def _compose_landlock(ctx: Context, machine: str, policy: Policy, agent_sha256: str) -> Boundary:
     """The gate, then the launcher that measured the row, then the composition."""
     from saphan import launcher
-    from saphan.confine.landlock_gate import FACT_KIND, gate
+    from saphan.confine.landlock_gate import FACT_KIND, gate_row
 
-    fact = ctx.verified_fact(machine, FACT_KIND)
-    value, measured_at = fact if fact is not None else (None, None)
-    level = gate(machine, value, measured_at)
-    assert value is not None
+    level, value = gate_row(machine, ctx.verified_fact(machine, FACT_KIND))
     ident = launcher.identity()
     if ident is None:
         raise Refusal(
@@ -304,7 +292,7 @@ def _verified_worktree(wd: str, common_dir: str) -> LinkedWorktree:
 def _make_run_dirs(policy: Policy, *, objects: bool) -> None:
     try:
         make_run_dirs(policy, objects=objects)
-    except nofollow.PlantedLink as e:
+    except PlantedLink as e:
         raise Refusal(
             "workdir-unsafe",
             f"saphan's scratch directory cannot be made in {policy.workdir}: {e}",

@@ -22,7 +22,7 @@ row (confine/landlock_gate.py). The steps after the reservation:
 The row is finalised whatever happens after the reservation — an exit, a
 refusal, Ctrl-C or SIGTERM (the far process is hung up first and its exit
 status collected), an error — with one exception that follows SPEC.md §1
-rather than the local lane: when the connection is lost after the far
+rather than the local site: when the connection is lost after the far
 process started, nothing here can say whether it still runs, so the row
 stays live with the far process as its holder, and conflict handling
 decides (unreachable counts as alive: refuse rather than double-book).
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from saphan.confine import landlock
 from saphan.confine.landlock_gate import FACT_KIND as LANDLOCK_FACT
-from saphan.confine.landlock_gate import gate
+from saphan.confine.landlock_gate import gate_row
 from saphan.confine.policy import Policy
 from saphan.errors import TransportError, UserError
 from saphan.liveness import Holder
@@ -128,10 +128,7 @@ def _prepare(ctx: Context, slot: Slot, machine: Machine, base: dict[str, Any],
     from saphan import remote
 
     name = machine.name
-    row = ctx.verified_fact(name, LANDLOCK_FACT)
-    value, measured_at = row if row is not None else (None, None)
-    level = gate(name, value, measured_at)
-    assert value is not None
+    level, value = gate_row(name, ctx.verified_fact(name, LANDLOCK_FACT))
     delivered = _delivered(ctx, name)
     conn = ctx.ssh(machine)
     pf = remote.preflight(conn, workdir=wd, launcher_path=delivered["path"],

@@ -10,74 +10,8 @@ against each other.
 
 from __future__ import annotations
 
-EXIT_CODE = 3
+from saphan.errors import REFUSAL_EXIT_CODE as EXIT_CODE
+from saphan.errors import Refusal
+from saphan.refusal_table import CLASSES
 
-#: class -> when it is raised (the docs' refusal table mirrors this).
-CLASSES: dict[str, str] = {
-    "confinement-unavailable": (
-        "no bubblewrap / no sandbox-exec / unrecognised OS on the control plane"
-    ),
-    "confinement-setting-invalid": (
-        "run.confinement is not exactly `engine` or `vendor` (checked before any other branch)"
-    ),
-    "landlock-unprobed": "the target machine's row has no measured Landlock level",
-    "landlock-incapable": "the target machine measured Landlock level 0",
-    "landlock-below-floor": "the target machine measured a Landlock level below the floor (3)",
-    "landlock-level-unknown": "a measured Landlock level above the highest this engine knows",
-    "bypass-token": "the final argv carries a bypass token",
-    "model-substitution": "the final argv could yield a model other than the one named",
-    "session-resumption": "the final argv would continue another session silently",
-    "seat-full": "no free ordinal on the slot after conflict handling",
-    "egress-uncuttable": "a run declares an egress policy and this host cannot cut the network",
-    "egress-unsupported-lane": "egress policy on a Landlock host (no network lever in this build)",
-    "record-signature-invalid": (
-        "a machine row's or a run record's signature does not verify (a run record is shown, "
-        "flagged, never hidden)"
-    ),
-    "container-ineligible": (
-        "the cast names an image digest and no fresh probe-confirmed docker-oci row matches"
-    ),
-    "digest-mismatch": (
-        "a delivered or executed binary's SHA-256/version differs from the pin (a launcher's, "
-        "or a slot's agent binary pin)"
-    ),
-    "custody-binary-unsafe": "the running binary is replaceable by an identity that is not its custodian",
-    "custody-key-unsafe": (
-        "a workspace key file fails owner-only / no-follow / exact-length custody, or a lane "
-        "credential file or the lanes file fails owner-only / no-follow / one-link / size custody"
-    ),
-    "policy-schema-unknown": "a permission class names a schema version outside the accepted set",
-    "policy-schema-mixed": "a permission class uses a feature of a schema version it does not claim",
-    "policy-invalid": "a permission class or launcher policy is malformed",
-    "session-dir-foreign": "the preflight reported a session dir that is not this run's own leaf",
-    "workdir-missing": "the working directory does not exist",
-    "workdir-unsafe": (
-        "a path saphan was about to create, read or grant in the working directory holds a "
-        "planted link or is not what saphan made (named in the message)"
-    ),
-}
-
-
-class Refusal(Exception):
-    """A named refusal: the run (or verb) does not happen.
-
-    ``cls`` is a key of :data:`CLASSES`; constructing a Refusal with any other
-    class is a programming error and raises ``ValueError`` at once, so the
-    table stays closed.
-    """
-
-    def __init__(self, cls: str, message: str, remediation: str, *, run_id: str | None = None):
-        if cls not in CLASSES:
-            raise ValueError(f"unknown refusal class {cls!r}")
-        super().__init__(f"refused [{cls}]: {message}")
-        self.cls = cls
-        self.message = message
-        self.remediation = remediation
-        self.run_id = run_id
-
-    def render(self) -> str:
-        """The two lines the CLI prints on stderr."""
-        return f"refused [{self.cls}]: {self.message}\nfix: {self.remediation}"
-
-    def as_dict(self) -> dict[str, str]:
-        return {"class": self.cls, "message": self.message, "remediation": self.remediation}
+__all__ = ["CLASSES", "EXIT_CODE", "Refusal"]

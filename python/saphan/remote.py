@@ -1,4 +1,4 @@
-"""The far side of the remote lane: what saphan asks a runner over SSH, and
+"""The far side of the SSH site: what saphan asks a runner over SSH, and
 how it reads the answers.
 
 Every operation here is one shell script run by the far user's /bin/sh over

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from saphan.errors import PlantedLink
 from saphan.refusals import Refusal
 
 KEY_LENGTH = 32
@@ -32,7 +33,7 @@ def registered_workspaces() -> list[str]:
 
     try:
         text = nofollow.read_small(str(registry_path()), 1 << 20).decode("utf-8", "replace")
-    except (OSError, nofollow.PlantedLink):
+    except (OSError, PlantedLink):
         return []
     out: list[str] = []
     for line in text.splitlines():
@@ -53,7 +54,7 @@ def register_workspace(home: Path) -> None:
     try:
         nofollow.makedirs("/", str(reg.parent).lstrip("/"), 0o700)
         nofollow.append_line(str(reg), real)
-    except (OSError, ValueError, nofollow.PlantedLink):
+    except (OSError, ValueError, PlantedLink):
         pass  # best effort: the current workspace is hidden by every run anyway
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from saphan.confine import nofollow
 from saphan.confine.grants import OBJECTS, RUN_DIR_NAME
-from saphan.errors import UserError
+from saphan.errors import ImportRefused, PlantedLink, UserError
 
 BRANCH_NAMESPACE = "saphan"
 EXCLUDE_LINE = f"{RUN_DIR_NAME}/"
@@ -138,7 +138,7 @@ def ignore_scratch(common_dir: str) -> str | None:
         if EXCLUDE_LINE in (line.strip() for line in text.splitlines()):
             return None
         nofollow.append_line(exclude, f"\n# saphan's per-run scratch directory\n{EXCLUDE_LINE}")
-    except nofollow.PlantedLink as e:
+    except PlantedLink as e:
         return f"{RUN_DIR_NAME}/ was not added to info/exclude: {e}"
     return None
 
@@ -178,15 +178,13 @@ def remove(spec: RepoSpec, path: str) -> None:
 
 # -- after the run -------------------------------------------------------------
 
-class ImportRefused(Exception):
-    """The run's commits are not imported; ``str`` says why."""
 
 
 def run_head(git_dir: str) -> str:
     """The run's HEAD: a bare object id, read without following links."""
     try:
         raw = nofollow.read_small(os.path.join(git_dir, "HEAD"), 256).decode("ascii").strip()
-    except (nofollow.PlantedLink, OSError, UnicodeDecodeError) as e:
+    except (PlantedLink, OSError, UnicodeDecodeError) as e:
         raise ImportRefused(f"the run's HEAD cannot be read safely: {e}") from None
     if not _OID.match(raw):
         raise ImportRefused(
@@ -225,7 +223,7 @@ def check_object_dir(objects: str) -> list[str]:
                                                 "million files")
                 finally:
                     os.close(fd)
-    except (nofollow.PlantedLink, FileNotFoundError) as e:
+    except (PlantedLink, FileNotFoundError) as e:
         raise ImportRefused(f"the run's object directory cannot be walked safely: {e}") from None
     return found
 
@@ -342,12 +340,12 @@ def _bare(path: str, alternates: list[str], refs: dict[str, str]) -> str:
 
 def _remove_objects(workdir: str) -> None:
     """Remove the run's object directory once imported, reached without
-    following a link (``.saphan-run`` could be one on a lane where a run's
+    following a link (``.saphan-run`` could be one on a site where a run's
     process outlived it)."""
     try:
         with nofollow.open_dir(os.path.join(workdir, RUN_DIR_NAME)) as d:
             shutil.rmtree("objects", dir_fd=d)
-    except (OSError, nofollow.PlantedLink):
+    except (OSError, PlantedLink):
         pass
 
 #: what saphan keeps of a worktree's git dir after a run: git's own pointers

@@ -56,7 +56,7 @@ def render_outer(policy: Policy, bwrap: str = "bwrap",
                  fds: Mapping[str, int] = NO_FDS) -> list[str]:
     """Only the hiding, carve-outs and read denials, around a boundary that
     enforces writes by other means (saphan-launcher's Landlock domain on the
-    local Landlock lane). Landlock grants reads everywhere and cannot make a
+    local Landlock boundary). Landlock grants reads everywhere and cannot make a
     directory read-only inside a writable one; the mount namespace can.
     """
     argv = [bwrap, "--dev-bind", "/", "/", *_hide(policy.hidden_dirs)]

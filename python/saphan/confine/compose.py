@@ -230,7 +230,7 @@ def compose_landlock_local(
     launcher_sha256: str,
     agent_sha256: str,
 ) -> Boundary:
-    """The Landlock lane on this machine: saphan-launcher enforces the writes.
+    """The Landlock boundary on this machine: saphan-launcher enforces the writes.
 
     The write set travels to the launcher as its one JSON value; what Landlock
     cannot express (read denials, the read-only main .git) is kept by an outer

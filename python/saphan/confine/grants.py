@@ -23,7 +23,7 @@ run — stays read-only, and the record says why the run cannot commit.
 
 Every granted directory is resolved and must then be a real directory with
 no symbolic link at any component: rust/core's check (``check_grant_dir``),
-the same rule saphan-launcher applies to its policy on the Landlock lane.
+the same rule saphan-launcher applies to its policy on the Landlock boundary.
 A path that fails it is not granted and the record says why.
 """
 
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from saphan.confine import nofollow
 from saphan.confine.policy import DEVICE_LITERALS, Policy
+from saphan.errors import NotGrantable, PlantedLink
 
 #: the per-run scratch tree inside the working directory; a name no
 #: workspace uses (the default workspace is ``~/.saphan``)
@@ -46,13 +47,11 @@ OBJECTS = os.path.join(RUN_DIR_NAME, "objects")
 PROTECTED_GIT_FILES = ("commondir", "gitdir", "locked", "config.worktree")
 
 
-class NotGrantable(Exception):
-    """A path that fails the grant rule; ``str`` says which component and why."""
 
 
 def check_dir(path: str) -> str:
     """``path`` if it may be granted: absolute, normalised, a real directory,
-    no symbolic link at any component (rust/core decides, for both lanes)."""
+    no symbolic link at any component (rust/core decides, for both boundaries)."""
     from saphan import _native
 
     why = _native.check_grant_dir(path)
@@ -96,7 +95,7 @@ def verify_linked_worktree(workdir: str, common_dir: str) -> LinkedWorktree:
         cdir = nofollow.read_small(os.path.join(git_dir, "commondir")).decode("utf-8").strip()
         if os.path.normpath(os.path.join(git_dir, cdir)) != common:
             raise NotGrantable(f"{git_dir}/commondir leads to {cdir!r}, not to {common}")
-    except (nofollow.PlantedLink, OSError, UnicodeDecodeError) as e:
+    except (PlantedLink, OSError, UnicodeDecodeError) as e:
         raise NotGrantable(str(e)) from None
     return LinkedWorktree(wd, dot_git, git_dir, common)
 

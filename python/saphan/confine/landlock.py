@@ -12,10 +12,7 @@ from __future__ import annotations
 import json
 
 from saphan.confine.policy import Policy
-
-
-class Inexpressible(ValueError):
-    """The policy asks for something Landlock cannot express."""
+from saphan.errors import Inexpressible
 
 
 def render(policy: Policy, *, agent_sha256: str | None = None) -> str:

@@ -34,6 +34,17 @@ def highest_known() -> int:
     return _native.landlock_highest_known()
 
 
+def gate_row(machine: str,
+             row: tuple[dict[str, Any], str] | None) -> tuple[int, dict[str, Any]]:
+    """The level to confine with and the verified row it came from (a row as
+    Context.verified_fact returns it), or the refusal."""
+    if row is None:
+        gate(machine, None)  # landlock-unprobed, always
+        raise AssertionError("unreachable: gate refuses a missing row")
+    value, measured_at = row
+    return gate(machine, value, measured_at), value
+
+
 def gate(machine: str, fact: dict[str, Any] | None, measured_at: str | None = None) -> int:
     """The measured level to confine with, or the refusal. ``fact`` is verified."""
     probe = f"saphan machine probe-confinement {machine}"

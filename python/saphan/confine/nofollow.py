@@ -18,16 +18,11 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
+from saphan.errors import PlantedLink
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class PlantedLink(Exception):
-    """A path saphan was about to use holds a link or an unexpected file type."""
-
-    def __init__(self, path: str, what: str):
-        super().__init__(f"{path} is {what}; saphan does not follow it")
-        self.path = path
-        self.what = what
 
 
 def _what(path: str) -> str:

@@ -32,6 +32,7 @@ from saphan.tools import AGENT_TOOLS, DISPATCHABLE
 if TYPE_CHECKING:
     from saphan.context import Context
     from saphan.records import RunRecord
+    from saphan.tools.adapter import CommandAdapter
     from saphan.tools.launch import Request as AgentRequest
 
 
@@ -125,8 +126,6 @@ def run(
     # -- compose what only the tool can (an agent's adapter), before the seat ----
     from saphan.dispatch import execute_local
 
-    adapter = None
-    command_class = None
     if request is not None and s.tool in AGENT_TOOLS:
         from saphan.tools.launch import prepare
 
@@ -137,25 +136,39 @@ def run(
             recorder.refused(ctx, base, s.tool, holder, refusal)
             raise
         base["agent"] = adapter.binary.as_record()
-        agent_sha256 = adapter.binary.sha256
     else:
-        if request is not None and request.permission_class is not None:
-            command_class = requests.command_class(request.permission_class, command[0])
-        command[0] = _resolve_command(command[0])
-        from saphan import _native
-
-        base["agent"] = {"path": command[0], "sha256": _native.sha256_file(command[0])}
-        base["argv"] = command
-        agent_sha256 = base["agent"]["sha256"]
+        adapter = _command_adapter(request, command, wd, run_id, mode)
+        base["agent"] = {"path": adapter.binary.path, "sha256": adapter.binary.sha256}
+        base["argv"] = list(adapter.command)
 
     # -- reserve ---------------------------------------------------------------------
     base["session_ordinal"] = reserve(ctx, s, base, wd, holder)
 
     # -- compose, dispatch, record (the dispatcher finishes the row whatever happens)
     return execute_local(
-        ctx, s, base, command if adapter is None else [], wd, stream=stream,
-        boundary_choice=boundary, agent_sha256=agent_sha256, repo=spec,
-        keep_worktree=keep_worktree, adapter=adapter, command_class=command_class,
+        ctx, s, base, wd, stream=stream, boundary_choice=boundary,
+        agent_sha256=adapter.binary.sha256, repo=spec, keep_worktree=keep_worktree,
+        adapter=adapter,
+    )
+
+
+def _command_adapter(request: AgentRequest | None, command: list[str], wd: str,
+                     run_id: str, mode: str) -> CommandAdapter:
+    """A command slot's adapter: argv[0] resolved and digested, its permission
+    class (if any) loaded and checked — all before the seat."""
+    from saphan import _native
+    from saphan.tools.adapter import CommandAdapter
+    from saphan.tools.binaries import AgentBinary
+    from saphan.tools.instruction import Instruction
+
+    pc = None
+    if request is not None and request.permission_class is not None:
+        pc = requests.command_class(request.permission_class, command[0])
+    path = _resolve_command(command[0])
+    return CommandAdapter(
+        AgentBinary("command", path, _native.sha256_file(path), ""),
+        Instruction(prompt_path="", workdir=os.path.realpath(wd), permission_class=pc),
+        mode, run_id, command=(path, *command[1:]),
     )
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from saphan.errors import Interrupted
 from saphan.refusals import Refusal
 from saphan.timefmt import now_iso
 
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from saphan.records import RunRecord
     from saphan.store import Store
     from saphan.store.rows import RunRow
-    from saphan.transport.local import Interrupted
 
 
 class RunEnd:
@@ -59,13 +59,12 @@ class RunEnd:
         record: dict[str, Any],
         interrupted_note: Callable[[Interrupted], str] = str,
     ) -> None:
-        from saphan.transport import local
 
         if isinstance(e, Refusal):
             self.outcome, self.state, self.refusal_class = "refused", "refused", e.cls
             record["refusal"] = e.as_dict()
             e.run_id = record["id"]
-        elif isinstance(e, local.Interrupted):
+        elif isinstance(e, Interrupted):
             self.outcome, self.exit_code = "interrupted", e.exit_code
             record["notes"] = [*record.get("notes", []), interrupted_note(e)]
         elif isinstance(e, KeyboardInterrupt):

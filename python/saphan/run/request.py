@@ -38,7 +38,9 @@ def check_fits(
         if request is None:
             raise UserError(f"slot {s.name!r} runs {s.tool}: give the task with --prompt TEXT "
                             "or --prompt-file FILE")
-        if m.transport == "ssh":
+        from saphan.tools.registry import supports
+
+        if not supports(s.tool, m.transport):
             raise UserError(f"{s.tool} runs on --local machines in this build; machine "
                             f"{m.name!r} is reached over SSH")
         if s.tool == "codex" and boundary is not None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from saphan.errors import StoreError
 from saphan.store.base import Store
-from saphan.store.connector import StoreError
 
 __all__ = ["Store", "StoreError", "open_store"]
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from saphan.errors import StoreError
 from saphan.store import queries as q
-from saphan.store.connector import Connector, StoreError
+from saphan.store.connector import Connector
 from saphan.store.migrations import LATEST, MIGRATIONS
 from saphan.store.rows import Fact, Machine, RunRow, Slot
 from saphan.timefmt import now_iso

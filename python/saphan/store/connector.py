@@ -14,8 +14,6 @@ from typing import Any, Protocol
 Row = tuple[Any, ...]
 
 
-class StoreError(Exception):
-    """The database could not do what was asked; the message names the store."""
 
 
 class Connector(Protocol):

@@ -7,7 +7,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from saphan.store.connector import Row, StoreError
+from saphan.errors import StoreError
+from saphan.store.connector import Row
 
 _PLACEHOLDER = re.compile(r"\?")
 

@@ -8,7 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from saphan.store.connector import Row, StoreError
+from saphan.errors import StoreError
+from saphan.store.connector import Row
 
 BUSY_TIMEOUT_MS = 10_000
 

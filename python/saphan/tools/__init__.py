@@ -1,7 +1,7 @@
 """Agent tools: what each one's command line looks like, and who confines it.
 
     command  a generic command, confined by the engine
-    claude   Claude Code, confined by the engine (bubblewrap / Landlock lane);
+    claude   Claude Code, confined by the engine (bubblewrap / Landlock boundary);
              its permission mode is policy (claude.py)
     codex    Codex CLI, confined by its own sandbox, composed and pinned by the
              engine per run (codex.py)

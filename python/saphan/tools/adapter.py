@@ -128,3 +128,29 @@ def first_json_event(path: str, predicate: Any) -> dict[str, Any] | None:
     except OSError:
         return None
     return None
+
+
+@dataclass(frozen=True)
+class CommandAdapter(Adapter):
+    """A ``command`` slot: the operator's own command line, confined by the
+    engine. Nothing is composed for it — the argv is the operator's (resolved
+    and digested before the seat), stdin is /dev/null, the environment is the
+    base allow-list plus its permission class's credentials, and the argv
+    guard does not apply (docs/tools.md: it guards what saphan composes)."""
+
+    command: tuple[str, ...] = ()
+
+    tool = "command"
+
+    @property
+    def stdin_path(self) -> str | None:
+        return None
+
+    def argv(self, policy: Policy) -> list[str]:
+        return list(self.command)
+
+    def guard(self, final_argv: list[str]) -> None:
+        return None
+
+    def record(self, policy: Policy) -> dict[str, Any]:
+        return {}

@@ -18,14 +18,8 @@ from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from typing import IO
 
+from saphan.errors import Interrupted
 from saphan.transport.streams import catching, tee
-
-
-class Interrupted(Exception):
-    def __init__(self, signum: int, exit_code: int | None):
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)

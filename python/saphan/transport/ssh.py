@@ -34,9 +34,9 @@ from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from saphan.errors import TransportError
+from saphan.errors import Interrupted, TransportError
 from saphan.store.rows import Machine
-from saphan.transport.local import Finished, Interrupted
+from saphan.transport.local import Finished
 from saphan.transport.streams import catching, tee
 
 if TYPE_CHECKING:
