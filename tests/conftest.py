@@ -195,3 +195,16 @@ def bwrap_available() -> None:
 
 
 PYTHON = sys.executable
+
+
+@pytest.fixture(scope="session")
+def no_landlock(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A seccomp wrapper answering landlock_create_ruleset with ENOSYS (the
+    allowed stand-in for a kernel without Landlock, TESTING.md)."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    require(gcc is not None, "a C compiler (gcc) to build tests/helpers/no_landlock.c")
+    assert gcc is not None
+    out = tmp_path_factory.mktemp("helpers") / "no_landlock"
+    src = Path(__file__).resolve().parent / "helpers" / "no_landlock.c"
+    subprocess.run([gcc, "-O2", "-Wall", "-o", str(out), str(src)], check=True)
+    return str(out)

@@ -4,7 +4,6 @@ launcher's domain on the real kernel — through the real CLI."""
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -17,20 +16,7 @@ from saphan import _native
 from saphan.records import sign_fact
 from saphan.store import open_store
 
-HELPERS = Path(__file__).resolve().parent.parent / "helpers"
 RUN = ("run", "--machine", "here", "--slot", "s1", "--boundary", "landlock")
-
-
-@pytest.fixture(scope="session")
-def no_landlock(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A seccomp wrapper answering landlock_create_ruleset with ENOSYS."""
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    require(gcc is not None, "a C compiler (gcc) to build tests/helpers/no_landlock.c")
-    assert gcc is not None
-    out = tmp_path_factory.mktemp("helpers") / "no_landlock"
-    subprocess.run([gcc, "-O2", "-Wall", "-o", str(out), str(HELPERS / "no_landlock.c")],
-                   check=True)
-    return str(out)
 
 
 @pytest.fixture

@@ -549,19 +549,6 @@ def test_forged_confirmation_line_is_not_a_confirmation(saphan_sqlite: Saphan,
     assert "writable=[/]" not in json.dumps(rec["enforced_by"]["status_lines"])
 
 
-@pytest.fixture(scope="module")
-def no_landlock(tmp_path_factory: pytest.TempPathFactory) -> str:
-    import shutil
-
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    require(gcc is not None, "a C compiler (gcc) to build tests/helpers/no_landlock.c")
-    assert gcc is not None
-    out = tmp_path_factory.mktemp("helpers") / "no_landlock"
-    src = Path(__file__).resolve().parent.parent / "helpers" / "no_landlock.c"
-    subprocess.run([gcc, "-O2", "-Wall", "-o", str(out), str(src)], check=True)
-    return str(out)
-
-
 def test_zz_summary(capsys: pytest.CaptureFixture[str]) -> None:
     """Prints attempts and refusals of this battery (run last in the module)."""
     with capsys.disabled():

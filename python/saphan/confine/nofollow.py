@@ -57,17 +57,24 @@ def open_dir(path: str) -> Iterator[int]:
     try:
         for comp in _components(path):
             walked += "/" + comp
-            try:
-                nxt = os.open(comp, _DIR_FLAGS, dir_fd=fd)
-            except OSError as e:
-                if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise PlantedLink(walked, _what(walked)) from None
-                raise
-            os.close(fd)
-            fd = nxt
+            fd = _step(fd, comp, walked)
         yield fd
     finally:
         os.close(fd)
+
+
+def _step(fd: int, comp: str, walked: str) -> int:
+    """The directory ``comp`` below ``fd``, opened without following a link.
+    On success ``fd`` is closed and the new descriptor returned; on failure
+    ``fd`` stays open for the caller's ``finally`` to close."""
+    try:
+        nxt = os.open(comp, _DIR_FLAGS, dir_fd=fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise PlantedLink(walked, _what(walked)) from None
+        raise
+    os.close(fd)
+    return nxt
 
 
 def makedirs(root: str, rel: str, mode: int = 0o755) -> str:
@@ -84,14 +91,7 @@ def makedirs(root: str, rel: str, mode: int = 0o755) -> str:
                 walked += "/" + comp
                 with suppress(FileExistsError):
                     os.mkdir(comp, mode, dir_fd=fd)
-                try:
-                    nxt = os.open(comp, _DIR_FLAGS, dir_fd=fd)
-                except OSError as e:
-                    if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise PlantedLink(walked, _what(walked)) from None
-                    raise
-                os.close(fd)
-                fd = nxt
+                fd = _step(fd, comp, walked)
         finally:
             os.close(fd)
     return walked
