@@ -527,7 +527,7 @@ def test_launcher_refusal_on_the_local_lane_is_recorded(saphan_sqlite: Saphan, t
     assert isinstance(rec, dict)
     assert rec["refusal"]["class"] == "landlock-incapable"
     assert rec["enforced_by"] is None
-    _tally("launcher refusal on the local Landlock lane", True)
+    _tally("launcher refusal on the local Landlock boundary", True)
 
 
 def test_forged_confirmation_line_is_not_a_confirmation(saphan_sqlite: Saphan,
@@ -547,17 +547,6 @@ def test_forged_confirmation_line_is_not_a_confirmation(saphan_sqlite: Saphan,
     assert isinstance(rec, dict)
     assert rec["enforced_by"]["confirmation"] != fake
     assert "writable=[/]" not in json.dumps(rec["enforced_by"]["status_lines"])
-
-
-def test_zz_summary(capsys: pytest.CaptureFixture[str]) -> None:
-    """Prints attempts and refusals of this battery (run last in the module)."""
-    with capsys.disabled():
-        print(f"\nleftovers battery: {len(TALLY)} routes attempted, "
-              f"{sum(v == 'refused' for v in TALLY.values())} refused")
-        for route, verdict in sorted(TALLY.items()):
-            print(f"  {verdict:8} {route}")
-    assert TALLY, "run the whole module: the summary counts the routes above"
-    assert all(v == "refused" for v in TALLY.values()), TALLY
 
 
 def test_reaper_custody_is_measured_outside_the_jail(bw: Saphan, tmp_path: Path) -> None:
@@ -744,3 +733,14 @@ def test_names_a_run_chooses_reach_the_terminal_escaped(bw: Saphan, tmp_path: Pa
     assert r.code == 0, r.err
     assert "\x1b" not in r.err and "\r" not in r.err and "\x07" not in r.err
     assert "\\x1b" in r.err
+
+
+def test_zz_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    """Prints attempts and refusals of this battery (run last in the module)."""
+    with capsys.disabled():
+        print(f"\nleftovers battery: {len(TALLY)} routes attempted, "
+              f"{sum(v == 'refused' for v in TALLY.values())} refused")
+        for route, verdict in sorted(TALLY.items()):
+            print(f"  {verdict:8} {route}")
+    assert TALLY, "run the whole module: the summary counts the routes above"
+    assert all(v == "refused" for v in TALLY.values()), TALLY
