@@ -127,6 +127,7 @@ def execute_local(
                             *adapter.exposed_paths()),
             worktree=linked,
         )
+        _check_hidden_pinned(policy)
         if exclude_note is not None:
             policy = replace(policy, notes=(*policy.notes, exclude_note))
         if policy.workdir != os.path.abspath(wd):
@@ -197,6 +198,10 @@ def execute_local(
                 f"the engine killed the run at its time limit ({limit:.0f} s): the tool had "
                 "not ended within its own budget")]
         changes = protected.changes(before, protected.snapshot(wd, extra_protected))
+        if linked is not None:
+            # A checkout holds no nested repository: one the run made would run
+            # its own config for whoever later works in that directory.
+            changes += [{"name": n, "what": "nested-git"} for n in _nested_git(wd)]
         if changes:
             record["protected_changes"] = changes
             _warn(stream, "this run changed files other tools load or execute: "
@@ -318,6 +323,50 @@ def _hidden_workspaces(home: Any) -> tuple[str, ...]:
             reg_dir == h or reg_dir.startswith(h.rstrip("/") + "/") for h in out):
         out.append(reg_dir)
     return tuple(out)
+
+
+def _nested_git(wd: str, limit: int = 200_000) -> list[str]:
+    """Every ``.git`` below the top of a worktree (links never followed;
+    saphan's own .saphan-run skipped; at most ``limit`` entries looked at)."""
+    found: list[str] = []
+    seen = 0
+    for root, dirs, files in os.walk(wd, followlinks=False):
+        rel = os.path.relpath(root, wd)
+        if rel == ".":
+            dirs[:] = [d for d in dirs if d not in (".git", ".saphan-run")]
+        for name in [*dirs, *files]:
+            seen += 1
+            if name.casefold().rstrip(". ") == ".git":
+                found.append(os.path.normpath(os.path.join(rel, name)))
+        dirs[:] = [d for d in dirs if d.casefold().rstrip(". ") != ".git"]
+        if seen > limit:
+            found.append(f"(stopped looking after {limit} entries)")
+            break
+    return found
+
+
+def _check_hidden_pinned(policy: Policy) -> None:
+    """A workspace (or the registry) inside the working directory is hidden by
+    a mount on its own path, which the run cannot rename — but it could
+    rename a directory between the workdir and it, and plant its own
+    workspace where the operator's was (measured). Allowed only when the
+    hidden directory is a direct child of the workdir, or lies below a
+    protected entry held read-only (``.local`` in a HOME): both are mount
+    points the run cannot move."""
+    wd = policy.workdir
+    for hidden in policy.hidden_dirs:
+        if not hidden.startswith(wd.rstrip("/") + "/"):
+            continue
+        first = os.path.join(wd, os.path.relpath(hidden, wd).split("/", 1)[0])
+        if os.path.dirname(hidden) == wd or first in policy.readonly_dirs:
+            continue
+        raise Refusal(
+            "workdir-unsafe",
+            f"the working directory {wd} holds saphan's {hidden} below {first}, which a run "
+            "could move aside and replace with a workspace (or registry) of its own",
+            f"run in a directory that does not contain {hidden}, or move that workspace out "
+            "of the working directory",
+        )
 
 
 def _identity_files(ctx: Context) -> tuple[str, ...]:

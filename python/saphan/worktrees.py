@@ -276,13 +276,19 @@ def import_run(
             raise ImportRefused(f"the staged head is {got.stdout.strip()!r}, not {new}")
         # Every commit's changes, not only base..head as a whole: a file added
         # and removed again still sits in the history the branch carries.
-        changed = _git("-C", stage, "log", "-m", "--no-renames", "--name-only", "-z",
+        changed = _git("-C", stage, "log", "-m", "--no-renames", "--raw", "-z",
                        "--format=", f"{spec.base}..{new}", env=env)
         if changed.returncode != 0:
             raise ImportRefused(f"git log of the run's commits failed: {changed.stderr.strip()}")
-        touched = protected.touched_in_tree(
-            [p for p in changed.stdout.replace("\n", "\0").split("\0") if p],
-            allowed_protected, extra_protected)
+        paths, gitlinks = _raw_changes(changed.stdout)
+        if gitlinks:
+            # A gitlink makes the operator's `git status` run git inside that
+            # directory, with whatever .git/config the run left there.
+            raise ImportRefused(
+                "the run's commits add or change submodule entries (gitlinks): "
+                f"{protected.printable(', '.join(gitlinks))}; git would run inside them for "
+                "the operator; the commits stay in the run's object directory for inspection")
+        touched = protected.touched_in_tree(paths, allowed_protected, extra_protected)
         if touched:
             raise ImportRefused(
                 "the run's commits change protected paths its permission class does not "
@@ -321,6 +327,28 @@ def import_run(
         shutil.rmtree(os.path.join(run_dir, "stage.git"), ignore_errors=True)
         out["git_dir_reset"] = reset_git_dir(wt_git_dir, ref, spec.toplevel)
     return out
+
+
+def _raw_changes(raw: str) -> tuple[list[str], list[str]]:
+    """Paths from ``git log --raw -z --format=`` output, and the paths whose
+    new mode is a gitlink (160000). Each record is ``:old new oid oid S`` then
+    NUL, the path, NUL."""
+    fields = [f for f in raw.replace("\n", "\0").split("\0") if f]
+    paths: list[str] = []
+    gitlinks: list[str] = []
+    i = 0
+    while i < len(fields):
+        head = fields[i]
+        if head.startswith(":") and i + 1 < len(fields):
+            parts = head[1:].split()
+            path = fields[i + 1]
+            paths.append(path)
+            if len(parts) >= 2 and parts[1] == "160000":
+                gitlinks.append(path)
+            i += 2
+        else:
+            i += 1
+    return paths, gitlinks
 
 
 def _bare(path: str, alternates: list[str], refs: dict[str, str]) -> str:

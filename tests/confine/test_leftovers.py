@@ -735,6 +735,89 @@ def test_names_a_run_chooses_reach_the_terminal_escaped(bw: Saphan, tmp_path: Pa
     assert "\\x1b" in r.err
 
 
+def test_a_workspace_below_the_workdir_cannot_be_swapped(bw: Saphan, tmp_path: Path) -> None:
+    """Another workspace two levels below the workdir: the run could rename
+    the directory between them and plant its own workspace there (measured
+    on an earlier build: the operator's next `runs list` read the run's
+    store and key). Refused by name; the same for a registry there."""
+    wd = tmp_path / "wd"
+    other = wd / "proj" / "ws-other"
+    subprocess.run([*_saphan(), "init"], env={**bw.env(), "SAPHAN_HOME": str(other)},
+                   check=True, capture_output=True)
+    key = (other / "record.key").read_bytes()
+    r = bw("run", "--machine", "here", "--slot", "s1", "--workdir", str(wd), "--", "sh", "-c",
+           "mv proj .old && echo MOVED")
+    assert r.code == 3 and "refused [workdir-unsafe]" in r.err, (r.out, r.err)
+    assert "MOVED" not in r.out and (other / "record.key").read_bytes() == key
+    # The registry itself below a workdir (a non-default XDG_STATE_HOME).
+    wd2 = tmp_path / "wd2"
+    state = wd2 / "st"
+    env = bw.env(XDG_STATE_HOME=str(state))
+    bw.ok("init", env=env)  # registers this workspace there
+    r = bw("run", "--machine", "here", "--slot", "s1", "--workdir", str(wd2), "--", "sh", "-c",
+           "mv st st.old && echo MOVED", env=env)
+    assert r.code == 3 and "refused [workdir-unsafe]" in r.err, (r.out, r.err)
+    assert "MOVED" not in r.out
+    _tally("a workspace or the registry moved aside below the workdir", True)
+
+
+GITLINK = r"""
+set -e
+mkdir -p sub && cd sub && git init -q && cd ..
+printf '[core]\n\tfsmonitor = "touch {marker}; false"\n' >> sub/.git/config
+oid=$(git rev-parse HEAD)
+git update-index --add --cacheinfo 160000,$oid,sub
+git commit -q -m gitlink
+"""
+
+
+def test_a_gitlink_is_never_imported(bw: Saphan, repo: Path, tmp_path: Path) -> None:
+    """A commit that adds a gitlink makes the operator's `git status` run git
+    inside it, with the fsmonitor the run planted (measured on an earlier
+    build): the import is refused, and the operator's git runs nothing."""
+    marker = tmp_path / "GITLINK-RAN"
+    r = bw("run", "--machine", "here", "--slot", "s1", "--repo", str(repo), "--", "sh", "-c",
+           GITLINK.format(marker=marker), env=bw.env(**GIT_ENV))
+    assert r.code == 0, r.err
+    assert "NOT imported" in r.err and "gitlink" in r.err
+    rec = bw.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict) and rec["worktree"]["import"]["result"] == "refused"
+    assert {"name": "sub/.git", "what": "nested-git"} in rec["protected_changes"]
+    wt = Path(rec["worktree"]["path"])
+    subprocess.run(["git", "-C", str(wt), "status"], capture_output=True, check=False)
+    assert not marker.exists()
+    _tally("a gitlink with a planted fsmonitor", True)
+
+
+def test_the_loops_result_file_is_read_without_following_or_blocking(tmp_path: Path) -> None:
+    """out/ is the run's to write: a FIFO named loop-result.json must not stall
+    saphan, a link must not make it read (and record) a file elsewhere."""
+    import json as _json
+
+    from saphan.lanes import Lane
+    from saphan.loop.adapter import LoopAdapter
+    from saphan.tools.binaries import AgentBinary
+    from saphan.tools.instruction import Instruction
+
+    out = tmp_path / "out"
+    out.mkdir()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(_json.dumps({"end": "finished", "turns": 999}))
+    adapter = LoopAdapter(
+        AgentBinary("loop", "/usr/bin/python3", "0" * 64, "x"),
+        Instruction(prompt_path="", workdir=str(tmp_path)), "engine", "R",
+        lane=Lane("l", "http://127.0.0.1:9/v1", "m", str(tmp_path / "k")), secret=b"k" * 16,
+        out_dir=str(out))
+    (out / "loop-result.json").symlink_to(elsewhere)
+    assert adapter.after_run(str(tmp_path / "stdout.log"))["loop"]["end"] is None
+    (out / "loop-result.json").unlink()
+    os.mkfifo(out / "loop-result.json")
+    t0 = time.monotonic()
+    assert adapter.after_run(str(tmp_path / "stdout.log"))["loop"]["end"] is None
+    assert time.monotonic() - t0 < 5
+    _tally("the loop's result file as a link or a FIFO", True)
+
+
 def test_zz_summary(capsys: pytest.CaptureFixture[str]) -> None:
     """Prints attempts and refusals of this battery (run last in the module)."""
     with capsys.disabled():

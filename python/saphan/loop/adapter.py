@@ -150,10 +150,17 @@ class LoopAdapter(Adapter):
 
     def after_run(self, stdout_path: str) -> dict[str, Any]:
         transcript = os.path.join(self.out_dir, "transcript.jsonl")
+        from saphan.confine import nofollow
+        from saphan.errors import PlantedLink
+
+        # out/ is the run's to write: read without following a link, never
+        # blocking on a FIFO, bounded; only a JSON object is taken.
         try:
-            with open(os.path.join(self.out_dir, "loop-result.json"), encoding="utf-8") as f:
-                result = json.load(f)
-        except (OSError, ValueError):
+            result = json.loads(nofollow.read_small(
+                os.path.join(self.out_dir, "loop-result.json"), 1 << 20))
+            if not isinstance(result, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError, PlantedLink):
             return {"loop": {"end": None, "transcript": transcript,
                              "detail": "the loop wrote no result (it did not finish its "
                                        "bookkeeping; see stderr.log)"}}
