@@ -658,71 +658,84 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 
 
 def _show_record(record: RunRecord) -> None:
+    from saphan.confine.protected import printable
     from saphan.records import INVALID_HEADLINE, MISSING_HEADLINE
+
+    def echo(text: object) -> None:
+        # A record holds what a run chose (names, its output, a loop's words):
+        # one line per field, control characters and newlines escaped, so no
+        # field can print a line of its own (a forged "signature: valid").
+        click.echo(printable(str(text)))
 
     d = record.data
     verified = d.get("signature") or {}
     if record.signature_flagged:
-        click.echo(INVALID_HEADLINE if record.signature == "invalid" else MISSING_HEADLINE)
-        click.echo(f"  why:       {verified.get('message')}")
+        echo(INVALID_HEADLINE if record.signature == "invalid" else MISSING_HEADLINE)
+        echo(f"  why:       {verified.get('message')}")
         for m in verified.get("mismatched") or []:
-            click.echo(f"  mismatch:  {m['column']}: row {m['row']!r}, signed {m['signed']!r}")
-        click.echo(f"  fix:       {verified.get('remediation')}")
+            echo(f"  mismatch:  {m['column']}: row {m['row']!r}, signed {m['signed']!r}")
+        echo(f"  fix:       {verified.get('remediation')}")
     enforced = d.get("enforced_by")
-    click.echo(f"run:         {d['id']}")
-    click.echo(f"machine:     {d['machine']}  slot: {d['slot']}  ordinal: {d.get('session_ordinal')}")
-    click.echo(f"tool:        {d.get('tool')}  argv: {_emit_compact(d.get('argv'))}")
-    click.echo(f"workdir:     {d.get('workdir')}")
+    echo(f"run:         {d['id']}")
+    echo(f"machine:     {d['machine']}  slot: {d['slot']}  ordinal: {d.get('session_ordinal')}")
+    echo(f"tool:        {d.get('tool')}  argv: {_emit_compact(d.get('argv'))}")
+    echo(f"workdir:     {d.get('workdir')}")
     if d.get("worktree"):
         w = d["worktree"]
-        click.echo(f"worktree:    {w['path']} on {w['branch']} from {w['base'][:12]} "
+        echo(f"worktree:    {w['path']} on {w['branch']} from {w['base'][:12]} "
                    f"({'kept' if w.get('kept') else 'removed'}; head {str(w.get('head_after'))[:12]})")
     if enforced:
-        click.echo(f"enforced_by: {enforced['mechanism']} {enforced['version']} "
+        echo(f"enforced_by: {enforced['mechanism']} {enforced['version']} "
                    f"({enforced['executable']} sha256:{enforced['executable_sha256']})")
         if enforced.get("confirmation"):
-            click.echo(f"confirmed:   {enforced['confirmation']}")
+            echo(f"confirmed:   {enforced['confirmation']}")
         if enforced.get("read_denials_and_carve_outs_by"):
             outer = enforced["read_denials_and_carve_outs_by"]
-            click.echo(f"read denials by: {outer['mechanism']} {outer['version']}")
+            echo(f"read denials by: {outer['mechanism']} {outer['version']}")
     else:
-        click.echo("enforced_by: nothing (the run did not start)")
+        echo("enforced_by: nothing (the run did not start)")
     for line in (enforced or {}).get("pinned_settings") or []:
-        click.echo(f"pinned:      {line}")
+        echo(f"pinned:      {line}")
     if d.get("tool_policy"):
-        click.echo(f"policy:      permission mode {d['tool_policy']['permission_mode']} "
+        echo(f"policy:      permission mode {d['tool_policy']['permission_mode']} "
                    "(the tool's own policy, not a boundary)")
     if d.get("resumes"):
-        click.echo(f"resumes:     run {d['resumes']['run']} (session {d['resumes']['session']})")
+        echo(f"resumes:     run {d['resumes']['run']} (session {d['resumes']['session']})")
     if d.get("lane"):
         lane = d["lane"]
-        click.echo(f"lane:        {lane['name']}: {lane['model']} at {lane['base_url']} (key on a "
+        echo(f"lane:        {lane['name']}: {lane['model']} at {lane['base_url']} (key on a "
                    f"pipe; ${lane['credential_env']} scrubbed)")
     if d.get("loop"):
         loop = d["loop"]
         tokens = loop.get("tokens") or {}
-        click.echo(f"loop:        {loop.get('end')} after {loop.get('turns')} turn(s), "
+        echo(f"loop:        {loop.get('end')} after {loop.get('turns')} turn(s), "
                    f"{loop.get('tool_calls')} tool call(s), {tokens.get('total', 0)} tokens, "
                    f"{loop.get('redactions')} redaction(s): {loop.get('detail')}")
-        click.echo(f"transcript:  {loop.get('transcript')}")
+        echo(f"transcript:  {loop.get('transcript')}")
     for path in d.get("writable") or []:
-        click.echo(f"writable:    {path}")
+        echo(f"writable:    {path}")
     for path in (d.get("policy") or {}).get("read_denials", []):
-        click.echo(f"unreadable:  {path}")
-    click.echo(f"started:     {d.get('started_at')}")
-    click.echo(f"finished:    {d.get('finished_at')}")
-    click.echo(f"outcome:     {d.get('outcome')}  exit: {d.get('exit_code')}")
+        echo(f"unreadable:  {path}")
+    echo(f"started:     {d.get('started_at')}")
+    echo(f"finished:    {d.get('finished_at')}")
+    echo(f"outcome:     {d.get('outcome')}  exit: {d.get('exit_code')}")
     if d.get("refusal"):
-        click.echo(f"refusal:     [{d['refusal']['class']}] {d['refusal']['message']}")
+        echo(f"refusal:     [{d['refusal']['class']}] {d['refusal']['message']}")
+    for change in d.get("protected_changes") or []:
+        echo(f"protected:   {change.get('name')} ({change.get('what')})")
+    imported = (d.get("worktree") or {}).get("import") or {}
+    if imported:
+        why = f": {imported['why']}" if imported.get("why") else ""
+        echo(f"import:      {imported.get('result')} onto {imported.get('branch')}{why}")
     for note in d.get("notes") or []:
-        click.echo(f"note:        {note}")
+        echo(f"note:        {note}")
     if record.signature == "valid":
-        click.echo("signature:   valid (HMAC-SHA256 with the workspace record key; the row's "
+        echo("signature:   valid (HMAC-SHA256 with the workspace record key; the row's "
                    "columns match)")
     elif record.signature == "pending":
-        click.echo("signature:   pending (a live run: its record is signed when it ends)")
+        echo("signature:   pending (a live run: its record is signed when it ends)")
     else:
-        click.echo(f"signature:   {record.signature.upper()} (see the first line)")
+        echo(f"signature:   {record.signature.upper()} (see the first line)")
 
 
 @runs.command("finalize")

@@ -65,7 +65,6 @@ def execute_local(
     *,
     stream: bool = True,
     boundary_choice: str | None = None,
-    agent_sha256: str | None = None,
     repo: RepoSpec | None = None,
     keep_worktree: bool = True,
     adapter: Adapter,
@@ -197,7 +196,11 @@ def execute_local(
             record["notes"] = [*record["notes"], (
                 f"the engine killed the run at its time limit ({limit:.0f} s): the tool had "
                 "not ended within its own budget")]
-        changes = protected.changes(before, protected.snapshot(wd, extra_protected))
+        try:
+            changes = protected.changes(before, protected.snapshot(wd, extra_protected))
+        except (OSError, RecursionError, ValueError) as e:
+            changes = [{"name": "(protected files)", "what": "unverified",
+                        "detail": f"the snapshot after the run failed: {e}"}]
         if linked is not None:
             # A checkout holds no nested repository: one the run made would run
             # its own config for whoever later works in that directory.
@@ -336,6 +339,8 @@ def _nested_git(wd: str, limit: int = 200_000) -> list[str]:
             dirs[:] = [d for d in dirs if d not in (".git", ".saphan-run")]
         for name in [*dirs, *files]:
             seen += 1
+            if rel == "." and name == ".git":
+                continue  # the worktree's own pointer (a file, read-only in the jail)
             if name.casefold().rstrip(". ") == ".git":
                 found.append(os.path.normpath(os.path.join(rel, name)))
         dirs[:] = [d for d in dirs if d.casefold().rstrip(". ") != ".git"]

@@ -81,6 +81,55 @@ def _git_exe() -> str:
     return exe
 
 
+#: what saphan reads of git's listing of a run's commits, and the memory and
+#: time any such git may take: a run can build a tree of 10^10 paths from a
+#: dozen objects (measured: an unbounded `git log --raw` took 24 GB)
+LISTING_LIMIT = 64 << 20
+GIT_MEMORY_LIMIT = 4 << 30
+GIT_TIME_LIMIT = 120.0
+
+
+def _limit_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (GIT_MEMORY_LIMIT, GIT_MEMORY_LIMIT))
+
+
+def _git_bounded(*args: str, env: dict[str, str]) -> str:
+    """git's stdout for a listing of what a run made, read at most
+    :data:`LISTING_LIMIT` bytes, under a memory and a time limit; anything
+    over is the import refused, git killed."""
+    import time
+
+    proc = subprocess.Popen([_git_exe(), *_SAFE, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, preexec_fn=_limit_memory)
+    assert proc.stdout is not None
+    chunks: list[bytes] = []
+    size = 0
+    deadline = time.monotonic() + GIT_TIME_LIMIT
+    try:
+        while True:
+            chunk = proc.stdout.read(1 << 16)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > LISTING_LIMIT or time.monotonic() > deadline:
+                raise ImportRefused(
+                    f"the run's commits change more than git's listing saphan reads "
+                    f"({LISTING_LIMIT >> 20} MiB in {GIT_TIME_LIMIT:.0f} s): not imported")
+            chunks.append(chunk)
+        err = proc.stderr.read(4096) if proc.stderr is not None else b""
+        if proc.wait(timeout=max(1.0, deadline - time.monotonic())) != 0:
+            raise ImportRefused("git could not list the run's commits (within "
+                                f"{GIT_MEMORY_LIMIT >> 30} GiB): "
+                                f"{err.decode(errors='replace').strip()[-300:]}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return b"".join(chunks).decode("utf-8", "surrogateescape")
+
+
 def _git(*args: str, cwd: str | None = None,
          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([_git_exe(), *_SAFE, *args], cwd=cwd, capture_output=True,
@@ -276,11 +325,9 @@ def import_run(
             raise ImportRefused(f"the staged head is {got.stdout.strip()!r}, not {new}")
         # Every commit's changes, not only base..head as a whole: a file added
         # and removed again still sits in the history the branch carries.
-        changed = _git("-C", stage, "log", "-m", "--no-renames", "--raw", "-z",
-                       "--format=", f"{spec.base}..{new}", env=env)
-        if changed.returncode != 0:
-            raise ImportRefused(f"git log of the run's commits failed: {changed.stderr.strip()}")
-        paths, gitlinks = _raw_changes(changed.stdout)
+        changed = _git_bounded("-C", stage, "log", "-m", "--no-renames", "--raw", "-z",
+                               "--format=", f"{spec.base}..{new}", env=env)
+        paths, gitlinks = _raw_changes(changed)
         if gitlinks:
             # A gitlink makes the operator's `git status` run git inside that
             # directory, with whatever .git/config the run left there.
@@ -316,8 +363,9 @@ def import_run(
         out.update({"result": "imported", "head": new,
                     "commits": int(count.stdout.strip() or 0)})
         _remove_objects(workdir)
-    except ImportRefused as e:
-        out.update({"result": "refused", "why": str(e)})
+    except (ImportRefused, subprocess.TimeoutExpired) as e:
+        why = str(e) if isinstance(e, ImportRefused) else f"git took too long ({e})"
+        out.update({"result": "refused", "why": why})
         # The branch still names the base, so the worktree reads consistently.
         if _git("-C", spec.toplevel, "rev-parse", "--verify", "--quiet", ref,
                 env=env).returncode != 0:
@@ -329,25 +377,36 @@ def import_run(
     return out
 
 
+_RAW_HEADER = re.compile(r"^\n*:(\d{6}) (\d{6}) [0-9a-f]+ [0-9a-f]+ [A-Z][0-9]*$")
+
+
 def _raw_changes(raw: str) -> tuple[list[str], list[str]]:
     """Paths from ``git log --raw -z --format=`` output, and the paths whose
-    new mode is a gitlink (160000). Each record is ``:old new oid oid S`` then
-    NUL, the path, NUL."""
-    fields = [f for f in raw.replace("\n", "\0").split("\0") if f]
+    new mode is a gitlink (160000). Strictly NUL-separated: a header
+    ``:old new oid oid S`` then the path, verbatim (a run chooses the names:
+    a newline in one must not be read as a record of its own — measured).
+    A path with a control character, or output that does not parse, refuses
+    the import."""
+    fields = raw.split("\0")
     paths: list[str] = []
     gitlinks: list[str] = []
     i = 0
     while i < len(fields):
         head = fields[i]
-        if head.startswith(":") and i + 1 < len(fields):
-            parts = head[1:].split()
-            path = fields[i + 1]
-            paths.append(path)
-            if len(parts) >= 2 and parts[1] == "160000":
-                gitlinks.append(path)
-            i += 2
-        else:
+        if head.strip("\n") == "":
             i += 1
+            continue
+        m = _RAW_HEADER.match(head)
+        if m is None or i + 1 >= len(fields):
+            raise ImportRefused("the run's commits could not be read as git's raw diff")
+        path = fields[i + 1]
+        if any(not c.isprintable() for c in path):
+            raise ImportRefused(
+                f"the run's commits name a path with a control character: {path!r}")
+        paths.append(path)
+        if m.group(2) == "160000":
+            gitlinks.append(path)
+        i += 2
     return paths, gitlinks
 
 

@@ -194,3 +194,13 @@ def test_the_loop_gets_the_base_only_and_still_scrubs_by_value(tmp_path: Path) -
     assert "LC_PAPER" not in final and "GITHUB_TOKEN" not in final
     assert set(final) == set(built.env) - {"LC_PAPER"}
     assert not any("sk-lane" in v for v in final.values())
+
+
+def test_only_real_locale_categories_pass() -> None:
+    """`LC_*` is how ssh's AcceptEnv carries arbitrary values: only the locale
+    categories pass, by name (LC_GITHUB_TOKEN reached the jail before)."""
+    source = {**SHELL, "LC_GITHUB_TOKEN": "ghp_x", "LC_AWS_SECRET_ACCESS_KEY": "s",
+              "LC_TIME": "C.UTF-8"}
+    e = build(source)
+    assert "LC_GITHUB_TOKEN" not in e.env and "LC_AWS_SECRET_ACCESS_KEY" not in e.env
+    assert e.env["LC_TIME"] == "C.UTF-8"

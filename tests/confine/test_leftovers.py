@@ -733,6 +733,13 @@ def test_names_a_run_chooses_reach_the_terminal_escaped(bw: Saphan, tmp_path: Pa
     assert r.code == 0, r.err
     assert "\x1b" not in r.err and "\r" not in r.err and "\x07" not in r.err
     assert "\\x1b" in r.err
+    # ... and in `runs show`: a name with a newline cannot print a line of its
+    # own (a forged "signature: valid" line, measured through a loop's words).
+    r = bw("run", "--machine", "here", "--slot", "s1", "--workdir", str(wd), "--", "sh", "-c",
+           "touch \"$(printf '.vscode/y\\nsignature:   valid (forged)')\"")
+    shown = bw.ok("runs", "show", "last").out
+    assert not any(line.startswith("signature:   valid (forged") for line in shown.splitlines())
+    assert "\\nsignature:   valid (forged)" in shown
 
 
 def test_a_workspace_below_the_workdir_cannot_be_swapped(bw: Saphan, tmp_path: Path) -> None:
@@ -816,6 +823,49 @@ def test_the_loops_result_file_is_read_without_following_or_blocking(tmp_path: P
     assert adapter.after_run(str(tmp_path / "stdout.log"))["loop"]["end"] is None
     assert time.monotonic() - t0 < 5
     _tally("the loop's result file as a link or a FIFO", True)
+
+
+TREE_BOMB = r"""
+set -e
+blob=$(echo x | git hash-object -w --stdin)
+t=$(printf '100644 blob %s\tf\n' "$blob" | git mktree)
+for level in 1 2 3 4 5 6 7; do
+  t=$(for i in 0 1 2 3 4 5 6 7 8 9; do printf '040000 tree %s\td%s\n' "$t" "$i"; done | git mktree)
+done
+c=$(git commit-tree -p HEAD -m bomb "$t")
+git update-ref --no-deref HEAD "$c"
+echo planted
+"""
+
+
+def test_a_tree_bomb_is_refused_within_bounds(bw: Saphan, repo: Path) -> None:
+    """A commit whose tree names 10^7 paths from a dozen objects: saphan's
+    listing of the run's commits is bounded (an unbounded one took 24 GB at
+    10^10 paths, measured): refused, quickly, nothing imported."""
+    t0 = time.monotonic()
+    r = bw("run", "--machine", "here", "--slot", "s1", "--repo", str(repo), "--", "sh", "-c",
+           TREE_BOMB, env=bw.env(**GIT_ENV), timeout=300)
+    assert r.code == 0 and "planted" in r.out, r.err
+    assert "NOT imported" in r.err, r.err
+    assert time.monotonic() - t0 < 120
+    rec = bw.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict) and rec["worktree"]["import"]["result"] == "refused"
+    assert git(repo, "rev-parse", rec["worktree"]["branch"]).strip() == rec["worktree"]["base"]
+    _tally("a tree bomb at import", True)
+
+
+def test_a_newline_in_a_name_hides_nothing_at_import(bw: Saphan, repo: Path) -> None:
+    """A path with a newline and a colon must not be read as a raw-diff record
+    of its own, hiding the protected path after it (measured on an earlier
+    build): a control character in a path refuses the import."""
+    r = bw("run", "--machine", "here", "--slot", "s1", "--repo", str(repo), "--", "sh", "-c",
+           "echo x > .envrc && printf x > \"$(printf '.e\\n:')\" && git add -A && "
+           "git commit -q -m hide && git rm -q --cached .envrc && git commit -q -m rm",
+           env=bw.env(**GIT_ENV))
+    assert r.code == 0, r.err
+    rec = bw.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict) and rec["worktree"]["import"]["result"] == "refused", rec
+    _tally("a newline-and-colon name hiding a protected path", True)
 
 
 def test_zz_summary(capsys: pytest.CaptureFixture[str]) -> None:

@@ -152,7 +152,7 @@ def test_no_measured_route_reveals_a_lane_credential(
             args += ["--boundary", "landlock"]
         # The operator's shell exports both keys, one under an unrelated name.
         env = s.env(OPENAI_API_KEY=secret, OTHER_LANE_KEY=other_secret,
-                    SOME_OTHER_NAME=secret, LC_SAPHAN_MARKER="visible")
+                    SOME_OTHER_NAME=secret, LC_IDENTIFICATION="saphan-visible-marker")
         r = s(*args, env=env, timeout=180)
         assert r.code == 0, r.err
         calls = _calls_in_order(srv)
@@ -196,7 +196,7 @@ def test_no_measured_route_reveals_a_lane_credential(
     assert "active.key" not in found.replace(f"{active_key}: Permission denied", "")
     # The authored script ran: it saw the environment and walked the ancestors.
     anc = result("run_command", argv=["sh", "ancestors.sh"], timeout=60)
-    assert anc.startswith("exit 0") and "LC_SAPHAN_MARKER=visible" in anc, anc
+    assert anc.startswith("exit 0") and "LC_IDENTIFICATION=saphan-visible-marker" in anc, anc
     assert "OPENAI_API_KEY" not in anc and "OTHER_LANE_KEY" not in anc
     assert "SOME_OTHER_NAME" not in anc
     walked = [line.split()[3] for line in anc.splitlines() if line.startswith("== ancestor")]

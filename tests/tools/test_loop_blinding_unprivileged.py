@@ -415,7 +415,7 @@ def test_unprivileged_operator_no_route_reveals_a_lane_credential(account: Accou
             r = a.run(a.saphan, "run", "--machine", "here", "--slot", "lp", "--workdir", str(wd),
                       "--lane", "active", "--prompt", "find the key", "--json", timeout=300,
                       SAPHAN_HOME=str(ws), OPENAI_API_KEY=secret, OTHER_LANE_KEY=other_secret,
-                      SOME_OTHER_NAME=secret, LC_SAPHAN_MARKER="visible")
+                      SOME_OTHER_NAME=secret, LC_IDENTIFICATION="saphan-visible-marker")
             results = _results(srv)
             auth = [h.get("Authorization") for h in srv.headers]
             bodies = list(srv.bodies)
@@ -460,7 +460,7 @@ def test_unprivileged_operator_no_route_reveals_a_lane_credential(account: Accou
     # The authored script ran, saw the environment, and reached every process.
     routes = result("run_command", argv=routes_argv, timeout=120)
     assert routes.startswith("exit 0") and "== done" in routes, routes
-    assert "LC_SAPHAN_MARKER=visible" in routes, routes  # the env route printed
+    assert "LC_IDENTIFICATION=saphan-visible-marker" in routes, routes  # the env route printed
     for name in ("OPENAI_API_KEY", "OTHER_LANE_KEY", "SOME_OTHER_NAME"):
         assert name not in routes, name
     targets = {int(line.split()[2]): line.split()[3] for line in routes.splitlines()

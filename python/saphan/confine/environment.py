@@ -8,7 +8,8 @@ from three sources and nothing else:
 1. :data:`BASE`, passed to every run when saphan's environment has them —
    ``PATH`` (to find programs), ``HOME``, ``USER``, ``LOGNAME`` (who the
    process is; tools key their config on them), ``LANG``, ``TERM``, ``TZ``
-   and every ``LC_*`` (how text, terminals and time are shown). None of them
+   and the locale categories ``LC_ALL``, ``LC_CTYPE``, … (:data:`LOCALE`: how
+   text, terminals and time are shown — by name, not every ``LC_*``). None of them
    carries a secret.
 2. the names the run may take from saphan's environment, ``allow``:
    - an agent tool's own variables, declared by its adapter
@@ -45,10 +46,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: passed to every run when present in the source (plus every ``LC_*``)
+#: passed to every run when present in the source (plus the :data:`LOCALE` names)
 BASE: tuple[str, ...] = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM", "TZ")
-#: the locale categories (``LC_ALL``, ``LC_CTYPE``, ...) pass by this prefix
-LOCALE_PREFIX = "LC_"
+#: the locale categories that pass (POSIX and glibc's), by name: not every
+#: ``LC_*`` — that prefix is how ssh's `AcceptEnv LC_*` carries other values,
+#: so `LC_GITHUB_TOKEN` would otherwise reach the jail (measured)
+LOCALE = ("LC_ALL", "LC_CTYPE", "LC_COLLATE", "LC_MESSAGES", "LC_NUMERIC", "LC_TIME",
+          "LC_MONETARY", "LC_PAPER", "LC_NAME", "LC_ADDRESS", "LC_TELEPHONE",
+          "LC_MEASUREMENT", "LC_IDENTIFICATION")
 #: never taken from the source, even when a list names them (see the module text)
 NEVER: frozenset[str] = frozenset({"TMPDIR", "SSH_AUTH_SOCK", "SAPHAN_HOME", "SAPHAN_RUN_ID",
                                    "SAPHAN_RETURN_PATH"})
@@ -88,7 +93,7 @@ def build(
     allow: Iterable[str] = (),
     set_vars: Mapping[str, str] | None = None,
 ) -> Environment:
-    """The run's environment: :data:`BASE` and every ``LC_*`` present in
+    """The run's environment: :data:`BASE` and the :data:`LOCALE` names present in
     ``source``, the ``allow``-ed names present in ``source``, then
     ``set_vars`` (which win). Nothing else of ``source`` passes.
 
@@ -111,7 +116,7 @@ def build(
         if "\x00" in value:
             raise ValueError(f"the value saphan sets for {name} holds a NUL byte")
     wanted = {*BASE, *allowed,
-              *(k for k in source if k.startswith(LOCALE_PREFIX) and valid_name(k))}
+              *(k for k in LOCALE if k in source)}
     # The NEVER names are not read from the source even when listed (BASE
     # could one day name one): the caller sets TMPDIR and saphan's run names.
     taken = sorted(k for k in wanted

@@ -26,20 +26,18 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _what(path: str) -> str:
+    """What is at ``path``, in words for a PlantedLink (never followed)."""
     try:
-        st = os.lstat(path)
+        kind = lexists_plain(path)
     except OSError as e:
         return f"unreadable ({e.strerror})"
-    if stat.S_ISLNK(st.st_mode):
+    if kind == "link":
         try:
             return f"a symbolic link (-> {os.readlink(path)})"
         except OSError:
             return "a symbolic link"
-    if stat.S_ISDIR(st.st_mode):
-        return "a directory"
-    if stat.S_ISREG(st.st_mode):
-        return "a regular file"
-    return "a special file (FIFO, socket or device)"
+    return {"dir": "a directory", "file": "a regular file", None: "missing"}.get(
+        kind, "a special file (FIFO, socket or device)")
 
 
 def _components(path: str) -> list[str]:

@@ -126,6 +126,8 @@ MAX_FILE_BYTES = 1 << 20
 MAX_HASH_BYTES = 64 << 20
 #: entries recorded under one protected name; past it the walk stops (reported)
 MAX_ENTRIES = 20_000
+#: directory levels below a protected name that are walked
+MAX_DEPTH = 32
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: a FIFO swapped in after the lstat opens without waiting for a
@@ -337,6 +339,13 @@ def _walk(root_fd: int, name: str, entries: dict[str, Entry], listed: set[str],
                     continue
                 entries[path] = _entry(fd, child, cst, budget)
                 if entries[path].kind == "dir":
+                    if path.count("/") >= MAX_DEPTH:
+                        # Each level is opened from the top again: a run's
+                        # 10,000-deep chain must not cost saphan minutes.
+                        incomplete.setdefault(name, f"deeper than {MAX_DEPTH} levels: what "
+                                                    "lies below is not compared")
+                        complete = False
+                        continue
                     queue.append(path)
             if complete:
                 listed.add(rel)
@@ -372,18 +381,21 @@ def snapshot(workdir: str, extra: Sequence[str] = ()) -> Snapshot:
 
 
 def _absent(snap: Snapshot, path: str) -> bool | None:
-    """Whether ``snap`` shows ``path`` absent (None: it cannot tell)."""
+    """Whether ``snap`` shows ``path`` absent (None: it cannot tell).
+    Iterative: a path may be as deep as a run made it."""
     if path in snap.entries:
         return False
-    parent = posixpath.dirname(path)
-    if not parent:
-        return path.split("/", 1)[0] not in snap.incomplete or None
-    above = snap.entries.get(parent)
-    if above is None:
-        return _absent(snap, parent)
-    if above.kind != "dir":
-        return True
-    return True if parent in snap.listed else None
+    while True:
+        parent = posixpath.dirname(path)
+        if not parent:
+            return path.split("/", 1)[0] not in snap.incomplete or None
+        above = snap.entries.get(parent)
+        if above is None:
+            path = parent
+            continue
+        if above.kind != "dir":
+            return True
+        return True if parent in snap.listed else None
 
 
 def _differences(a: Entry, b: Entry) -> list[str]:

@@ -147,7 +147,7 @@ def run(
     # -- compose, dispatch, record (the dispatcher finishes the row whatever happens)
     return execute_local(
         ctx, s, base, wd, stream=stream, boundary_choice=boundary,
-        agent_sha256=adapter.binary.sha256, repo=spec, keep_worktree=keep_worktree,
+        repo=spec, keep_worktree=keep_worktree,
         adapter=adapter,
     )
 
