@@ -868,6 +868,41 @@ def test_a_newline_in_a_name_hides_nothing_at_import(bw: Saphan, repo: Path) -> 
     _tally("a newline-and-colon name hiding a protected path", True)
 
 
+@pytest.fixture
+def loop_device(tmp_path: Path) -> Iterator[tuple[str, bytes]]:
+    """A loop device over a file holding a marker: the stand-in for the disk
+    under a hidden workspace (record.key was read through one, measured)."""
+    import shutil
+
+    require(os.geteuid() == 0 and shutil.which("losetup") is not None,
+            "root and losetup(8) to attach a loop device")
+    marker = b"SAPHAN-DISK-MARKER-" + os.urandom(8).hex().encode()
+    img = tmp_path / "disk.img"
+    img.write_bytes(marker + b"\0" * (1 << 20))
+    dev = subprocess.run(["losetup", "-f", "--show", str(img)], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    try:
+        yield dev, marker
+    finally:
+        subprocess.run(["losetup", "-d", dev], capture_output=True, check=False)
+
+
+def test_a_block_device_is_never_readable(lane: tuple[Saphan, list[str]], tmp_path: Path,
+                                          loop_device: tuple[str, bytes]) -> None:
+    """Device nodes are unusable in every jail but the named /dev literals: a
+    jailed root cannot read a disk (and what a hidden workspace holds on it)."""
+    s, extra = lane
+    dev, marker = loop_device
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    r = s("run", "--machine", "here", "--slot", "s1", *extra, "--workdir", str(wd), "--", "sh",
+          "-c", f"head -c 64 {dev}; echo; echo done; echo x > /dev/null && echo NULL-OK")
+    assert r.code == 0, r.err
+    assert marker.decode() not in r.out and "done" in r.out and "NULL-OK" in r.out, r.out
+    _tally(f"a block device under a hidden workspace ({'landlock' if extra else 'bubblewrap'})",
+           True)
+
+
 def test_zz_summary(capsys: pytest.CaptureFixture[str]) -> None:
     """Prints attempts and refusals of this battery (run last in the module)."""
     with capsys.disabled():

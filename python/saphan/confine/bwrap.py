@@ -44,10 +44,7 @@ def render(policy: Policy, bwrap: str = "bwrap", fds: Mapping[str, int] = NO_FDS
         argv += _bind(d, fds)
     argv += _hide(late)
     argv += _bind_back(policy, late, fds)
-    for lit in policy.writable_literals:
-        # The ro-bind of / is nodev: a device is usable only when bound again
-        # with --dev-bind (absent devices, e.g. no /dev/tty, are skipped).
-        argv += ["--dev-bind-try" if lit.startswith("/dev/") else "--bind", lit, lit]
+    argv += _devices(policy)
     argv += _carve_outs_and_denials(policy)
     return argv + _tail(policy)
 
@@ -59,12 +56,25 @@ def render_outer(policy: Policy, bwrap: str = "bwrap",
     local Landlock boundary). Landlock grants reads everywhere and cannot make a
     directory read-only inside a writable one; the mount namespace can.
     """
-    argv = [bwrap, "--dev-bind", "/", "/", *_hide(policy.hidden_dirs)]
+    # `--bind`, not `--dev-bind`: writes are Landlock's to refuse, but device
+    # nodes must stay unusable — with them a jailed root read the disk under a
+    # hidden workspace (record.key, measured) and other terminals' ptys.
+    argv = [bwrap, "--bind", "/", "/", *_hide(policy.hidden_dirs)]
     # Writes are Landlock's to refuse; these binds only bring the run's own
     # paths back from under a hidden workspace.
     argv += _bind_back(policy, policy.hidden_dirs, fds)
+    argv += _devices(policy)
     argv += _carve_outs_and_denials(policy)
     return argv + _tail(policy)
+
+
+def _devices(policy: Policy) -> list[str]:
+    """The bind of / is nodev: a device is usable only when bound again with
+    --dev-bind (absent devices, e.g. no /dev/tty, are skipped)."""
+    argv: list[str] = []
+    for lit in policy.writable_literals:
+        argv += ["--dev-bind-try" if lit.startswith("/dev/") else "--bind", lit, lit]
+    return argv
 
 
 def _hidden_split(policy: Policy) -> tuple[tuple[str, ...], tuple[str, ...]]:
