@@ -238,7 +238,13 @@ def test_codex_end_to_end_through_saphan_run(
                           cwd=linked_worktree.repo)
     enforced = rec["enforced_by"]
     assert enforced["mechanism"] == "vendor:codex" and enforced["version"] == "codex-cli 0.169.0"
-    assert rec["boundary_argv"] == []  # no engine boundary nested around Codex
+    # No engine boundary nested around Codex: only saphan-launcher's reaper,
+    # which confines nothing and kills what the run leaves behind — Codex's
+    # fs-helper daemon outlived its run by an hour before (measured).
+    assert rec["boundary_argv"][1:] == ["reap", "--status-fd", "3", "--"]
+    assert rec["processes_killed_at_end"] is not None
+    left = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert not [line for line in left.splitlines() if rec["id"] in line], left
     assert any(p.startswith('permissions.saphan-') for p in enforced["pinned_settings"])
     assert 'approval_policy="never"' in enforced["pinned_settings"]
     assert 'model="scripted-model"' in enforced["pinned_settings"]

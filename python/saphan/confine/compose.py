@@ -203,6 +203,15 @@ def grant_fds(dirs: tuple[str, ...]) -> dict[str, int]:
     return fds
 
 
+def reaper_prefix() -> tuple[list[str], dict[str, Any]]:
+    """``saphan-launcher reap`` as a command's supervisor (no confinement of
+    its own): it kills and counts what the command leaves behind. For a tool
+    that confines itself (Codex), so its helpers never outlive the run."""
+    reaper = _reaper()
+    return ([reaper.path, "reap", "--status-fd", str(STATUS_FD), "--"],
+            {"reaper": {"executable": reaper.path, "sha256": reaper.sha256}})
+
+
 def _bubblewrap(policy: Policy) -> Boundary:
     b = _usable_bwrap()
     reaper = _reaper()

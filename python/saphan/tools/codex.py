@@ -184,15 +184,20 @@ class CodexAdapter(Adapter):
         return tuple(dict.fromkeys(("CODEX_HOME", *keys, *super().env_allowed())))
 
     def vendor_boundary(self, policy: Policy) -> Boundary | None:
-        from saphan.confine.compose import Boundary
+        from saphan.confine.compose import STATUS_FD, Boundary, reaper_prefix
 
         pinned = settings(policy, run_id=self.run_id, model=self.instruction.model,
                           network=self.network, provider=self.provider)
+        # Not a boundary around Codex (its own sandbox is the boundary): a
+        # subreaper, so no helper Codex starts (its fs-helper daemon was seen
+        # alive an hour after its run) outlives the run.
+        prefix, reaper = reaper_prefix()
         return Boundary(
             mechanism="vendor:codex", version=self.binary.version,
             executable=self.binary.path, executable_sha256=self.binary.sha256,
-            prefix=[], policy=policy,
+            prefix=prefix, policy=policy, status_fd=STATUS_FD,
             extra={
+                **reaper,
                 "enforced": "the vendor's sandbox (Codex CLI's own bubblewrap + seccomp), "
                             "not the engine's",
                 "pinned_settings": [f"{k}={v}" for k, v in pinned],
