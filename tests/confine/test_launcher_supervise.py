@@ -3,12 +3,15 @@
 The built launcher (python/saphan/_bin/saphan-launcher) is run directly:
 nothing the command leaves behind outlives it, its exit code passes
 through, the status descriptor carries only the launcher's own lines,
-Landlock scoping holds at ABI >= 6, and planted links are refused — by the
-launcher and by ``_native.check_grant_dir`` with the same words.
+Landlock scoping holds at ABI >= 6, planted links are refused — by the
+launcher and by ``_native.check_grant_dir`` with the same words — and with
+``--expect-sha256`` the launcher proves what it is (it hashes the inode it
+runs from) before it applies or runs anything.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pty
@@ -52,16 +55,21 @@ class Launched:
 
 
 def launch(verb: str, argv: list[str], *, policy: dict[str, object] | None = None,
-           as_nobody: bool = False, cwd: str | None = None, timeout: float = 60) -> Launched:
-    """Run ``saphan-launcher VERB --status-fd N [--policy P] -- ARGV``; the status
-    descriptor is a pipe whose read end only this test holds. The command finds
-    N in $STATUS_FD (to try writing to it)."""
+           as_nobody: bool = False, cwd: str | None = None, timeout: float = 60,
+           expect_sha256: str | None = None, launcher: Path | None = None) -> Launched:
+    """Run ``saphan-launcher VERB --status-fd N [--expect-sha256 D] [--policy P] -- ARGV``
+    (``launcher``: another copy of it); the status descriptor is a pipe whose
+    read end only this test holds. The command finds N in $STATUS_FD (to try
+    writing to it)."""
     r, w = os.pipe()
     if as_nobody:
         # The pipe is nobody's too, so its own mode bits would let the command
         # open it: only the launcher's dumpable flag stands in the way.
         os.fchown(w, NOBODY, NOBODY)
-    args = [_launcher_for_everyone() if as_nobody else str(LAUNCHER), verb, "--status-fd", str(w)]
+    exe = _launcher_for_everyone() if as_nobody else str(launcher or LAUNCHER)
+    args = [exe, verb, "--status-fd", str(w)]
+    if expect_sha256 is not None:
+        args += ["--expect-sha256", expect_sha256]
     if policy is not None:
         args += ["--policy", json.dumps(policy)]
     args += ["--", *argv]
@@ -546,3 +554,84 @@ def test_check_grant_dir_refuses_malformed_paths() -> None:
         why = _native.check_grant_dir(bad)
         assert why is not None and why.startswith(f"the writable directory {bad} cannot be granted"), why
     assert _native.check_grant_dir("/") is None
+
+
+# -- the launcher proves what it is (--expect-sha256) -----------------------------
+
+SELF = "saphan-launcher: self sha256="
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _mismatch(actual: str, expected: str) -> str:
+    return (f"saphan-launcher: refused [digest-mismatch] the running launcher /proc/self/exe has "
+            f"sha256 {actual}, the engine expects sha256 {expected}")
+
+
+@pytest.mark.parametrize("verb", ["reap", "exec"])
+def test_the_right_digest_is_reported_first_and_the_command_runs(verb: str, workdir: Path) -> None:
+    ran = workdir / "ran"
+    v, policy = _verb_args(verb, workdir)
+    digest = _sha256(LAUNCHER)
+    r = launch(v, ["/bin/sh", "-c", f"touch {ran}"], policy=policy, expect_sha256=digest)
+    assert r.code == 0, r.err
+    assert ran.exists()
+    # Before the confirmation line (exec), before anything else (reap).
+    assert r.status[0] == f"{SELF}{digest}", r.status
+    if verb == "exec":
+        assert len(r.status) == 3, r.status
+        assert r.status[1].startswith(f"{CONFIRM}{min(ABI, 7)} enforced writable=[{workdir}]")
+    else:
+        assert len(r.status) == 2, r.status
+    assert r.status[-1] == f"{EXITED}0 reaped=0"
+    assert f"{SELF}{digest}\n" in r.err
+
+
+@pytest.mark.parametrize("verb", ["reap", "exec"])
+def test_a_wrong_digest_is_refused_before_anything_runs(verb: str, workdir: Path) -> None:
+    ran = workdir / "ran"
+    v, policy = _verb_args(verb, workdir)
+    wrong = "0" * 64
+    r = launch(v, ["/bin/sh", "-c", f"touch {ran}"], policy=policy, expect_sha256=wrong)
+    assert r.code == 3, r.err
+    assert not ran.exists(), "the command ran"
+    # Refused before the domain was applied or the scratch directory made.
+    assert not (workdir / ".saphan-run").exists()
+    assert r.status == [_mismatch(_sha256(LAUNCHER), wrong)]
+    assert r.err.startswith(f"refused [digest-mismatch]: the running launcher /proc/self/exe has "
+                            f"sha256 {_sha256(LAUNCHER)}, the engine expects sha256 {wrong}\n"
+                            "fix: deliver the launcher to this machine again "
+                            "(`saphan machine deliver <machine> --probe`)"), r.err
+    assert "investigate the host" in r.err
+
+
+@pytest.mark.parametrize("verb", ["reap", "exec"])
+def test_a_launcher_swapped_after_it_was_hashed_is_refused(verb: str, workdir: Path,
+                                                           tmp_path: Path) -> None:
+    """The measured race, made deterministic: the engine hashes the launcher
+    by path, then a file renamed over that path is what gets executed. The
+    swapped-in launcher is a real, working one (the same ELF with one byte
+    appended), so only the digest tells them apart; it refuses to be the
+    launcher the engine hashed."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    path = bindir / "saphan-launcher"
+    shutil.copy2(LAUNCHER, path)
+    hashed = _sha256(path)  # what the engine checked
+    planted = bindir / "planted"
+    planted.write_bytes(LAUNCHER.read_bytes() + b"\0")
+    planted.chmod(0o755)
+    planted.rename(path)  # the swap
+    ran = workdir / "ran"
+    v, policy = _verb_args(verb, workdir)
+    r = launch(v, ["/bin/sh", "-c", f"touch {ran}"], policy=policy, expect_sha256=hashed,
+               launcher=path)
+    assert r.code == 3, r.err
+    assert not ran.exists(), "the command ran"
+    assert r.status == [_mismatch(_sha256(path), hashed)]
+    # The control: the swapped-in file does run when nothing is expected of it.
+    r = launch("reap", ["/bin/sh", "-c", f"touch {ran}"], launcher=path)
+    assert r.code == 0, r.err
+    assert ran.exists()

@@ -42,6 +42,38 @@ pub fn sha256_file(path: &Path) -> io::Result<String> {
     sha256_reader(File::open(path)?)
 }
 
+/// Whether `s` is a SHA-256 digest as saphan writes one: exactly 64
+/// lowercase hex digits (what [`hex`] produces for 32 bytes).
+pub fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Why [`verify_sha256_file`] did not confirm a file.
+#[derive(Debug)]
+pub enum VerifyError {
+    /// The file could not be opened or read, so it cannot be verified.
+    Unreadable(io::Error),
+    /// The file was read whole and has another digest.
+    Mismatch {
+        /// The digest of what was read.
+        actual: String,
+    },
+}
+
+/// Hashes the file at `path` and compares the digest with `expected` (64
+/// lowercase hex digits); returns the digest when they are equal. A file
+/// that cannot be read is an error of its own kind: never a match.
+pub fn verify_sha256_file(path: &Path, expected: &str) -> Result<String, VerifyError> {
+    let actual = sha256_file(path).map_err(VerifyError::Unreadable)?;
+    if constant_time_eq(actual.as_bytes(), expected.as_bytes()) {
+        Ok(actual)
+    } else {
+        Err(VerifyError::Mismatch { actual })
+    }
+}
+
 /// SHA-256 of an in-memory byte string.
 pub fn sha256_bytes(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
@@ -139,6 +171,61 @@ mod tests {
     fn missing_file_is_an_io_error() {
         let err = sha256_file(Path::new("/nonexistent/saphan/file")).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn sha256_hex_is_64_lowercase_hex_digits() {
+        assert!(is_sha256_hex(EMPTY));
+        assert!(is_sha256_hex(&"0".repeat(64)));
+        for bad in [
+            String::new(),
+            EMPTY[..63].to_owned(),
+            format!("{EMPTY}0"),
+            EMPTY.to_uppercase(),
+            format!("{}g", &EMPTY[..63]),
+            format!(" {}", &EMPTY[..63]),
+            format!("{}\n", &EMPTY[..63]),
+            format!("0x{}", &EMPTY[..62]),
+            // 64 bytes, but not 64 ASCII digits.
+            format!("{}é", &EMPTY[..62]),
+        ] {
+            assert!(!is_sha256_hex(&bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn verify_confirms_only_the_file_with_that_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"abc").unwrap();
+        assert_eq!(verify_sha256_file(&path, ABC).unwrap(), ABC);
+        match verify_sha256_file(&path, EMPTY) {
+            Err(VerifyError::Mismatch { actual }) => assert_eq!(actual, ABC),
+            other => panic!("{other:?}"),
+        }
+        // An uppercase spelling of the right digest is not the digest.
+        assert!(matches!(
+            verify_sha256_file(&path, &ABC.to_uppercase()),
+            Err(VerifyError::Mismatch { .. })
+        ));
+        std::fs::remove_file(&path).unwrap();
+        match verify_sha256_file(&path, ABC) {
+            Err(VerifyError::Unreadable(e)) => assert_eq!(e.kind(), io::ErrorKind::NotFound),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn verify_reads_the_running_executable() {
+        // /proc/self/exe is the inode this test process runs from.
+        let exe = Path::new("/proc/self/exe");
+        let digest = sha256_file(exe).unwrap();
+        assert!(is_sha256_hex(&digest));
+        assert_eq!(verify_sha256_file(exe, &digest).unwrap(), digest);
+        assert!(matches!(
+            verify_sha256_file(exe, EMPTY),
+            Err(VerifyError::Mismatch { actual }) if actual == digest
+        ));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //!
 //! * [`landlock`] — ABI measurement and the write boundary;
 //! * [`policy`] — the one JSON value the engine sends to the launcher;
-//! * [`digest`] — streaming SHA-256;
+//! * [`digest`] — streaming SHA-256, and a file verified against a digest;
 //! * [`binary_custody`] — the four custody clauses (SPEC.md §7): who can
 //!   replace the binary that is running;
 //! * [`secret_file`] — custody-checked reads of the record key, lane

@@ -4,12 +4,14 @@
 //! then the command and its arguments (never interpreted):
 //!
 //! ```text
-//! saphan-launcher exec [--status-fd N] --policy JSON [--status-fd N] -- CMD [ARGS...]
-//! saphan-launcher reap [--status-fd N] -- CMD [ARGS...]
+//! saphan-launcher exec [--status-fd N] [--expect-sha256 HEX] --policy JSON -- CMD [ARGS...]
+//! saphan-launcher reap [--status-fd N] [--expect-sha256 HEX] -- CMD [ARGS...]
 //! ```
 //!
 //! Options may come in any order before `--`, each at most once, as
-//! `--opt VALUE` or `--opt=VALUE`.
+//! `--opt VALUE` or `--opt=VALUE`. `--status-fd` is a descriptor number of 3
+//! or more; `--expect-sha256` is exactly 64 lowercase hex digits (the digest
+//! the launcher must find on `/proc/self/exe`, see `commands::launch`).
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -19,13 +21,16 @@ usage: saphan-launcher --version
        saphan-launcher probe
        saphan-launcher sha256 FILE
        saphan-launcher custody
-       saphan-launcher exec [--status-fd N] --policy JSON -- CMD [ARGS...]
-       saphan-launcher reap [--status-fd N] -- CMD [ARGS...]
+       saphan-launcher exec [--status-fd N] [--expect-sha256 HEX] --policy JSON -- CMD [ARGS...]
+       saphan-launcher reap [--status-fd N] [--expect-sha256 HEX] -- CMD [ARGS...]
 
 exec confines itself with Landlock, then supervises CMD; reap supervises CMD
 without a domain. Either way, when CMD exits every process it left behind is
 killed, and the launcher exits with CMD's status (128+signal when killed).
 --status-fd N: an inherited descriptor that receives every control line.
+--expect-sha256 HEX: the launcher hashes the file it runs from (/proc/self/exe)
+  first and refuses (digest-mismatch, exit 3) unless it is HEX (64 lowercase
+  hex digits); on a match it reports `saphan-launcher: self sha256=HEX`.
 
 exit codes: 0 ok, 1 I/O error, 2 usage error, 3 refusal, 127 the command could not be
 executed; otherwise the command's own status";
@@ -52,6 +57,8 @@ pub struct Launch {
     pub policy: Option<String>,
     /// The inherited descriptor that receives the control lines.
     pub status_fd: Option<i32>,
+    /// The SHA-256 the running launcher must have (64 lowercase hex digits).
+    pub expect_sha256: Option<String>,
     pub cmd: OsString,
     pub args: Vec<OsString>,
 }
@@ -102,12 +109,13 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
     }
 }
 
-/// The options of `exec` (`--policy`, `--status-fd`) and `reap`
-/// (`--status-fd`), then `--`, then the command.
+/// The options of `exec` (`--policy`, `--status-fd`, `--expect-sha256`) and
+/// `reap` (`--status-fd`, `--expect-sha256`), then `--`, then the command.
 fn parse_launch(verb: &str, rest: Vec<OsString>) -> Result<Launch, UsageError> {
     let wants_policy = verb == "exec";
     let mut policy: Option<String> = None;
     let mut status_fd: Option<i32> = None;
+    let mut expect_sha256: Option<String> = None;
     let mut it = rest.into_iter();
     loop {
         let Some(arg) = it.next() else {
@@ -123,7 +131,9 @@ fn parse_launch(verb: &str, rest: Vec<OsString>) -> Result<Launch, UsageError> {
             Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
             _ => (arg.clone(), None),
         };
-        let known = name == "--status-fd" || (wants_policy && name == "--policy");
+        let known = name == "--status-fd"
+            || name == "--expect-sha256"
+            || (wants_policy && name == "--policy");
         if !known {
             return Err(UsageError(format!(
                 "unknown `{verb}` option `{arg}` (the command goes after `--`)"
@@ -136,12 +146,13 @@ fn parse_launch(verb: &str, rest: Vec<OsString>) -> Result<Launch, UsageError> {
                 None => return Err(UsageError(format!("`{name}` needs a value"))),
             },
         };
-        if name == "--policy" {
-            if policy.replace(value).is_some() {
-                return Err(UsageError("`--policy` given twice".to_owned()));
-            }
-        } else if status_fd.replace(parse_fd(&value)?).is_some() {
-            return Err(UsageError("`--status-fd` given twice".to_owned()));
+        let twice = match name.as_str() {
+            "--policy" => policy.replace(value).is_some(),
+            "--expect-sha256" => expect_sha256.replace(parse_sha256(&value)?).is_some(),
+            _ => status_fd.replace(parse_fd(&value)?).is_some(),
+        };
+        if twice {
+            return Err(UsageError(format!("`{name}` given twice")));
         }
     }
     if wants_policy && policy.is_none() {
@@ -156,6 +167,7 @@ fn parse_launch(verb: &str, rest: Vec<OsString>) -> Result<Launch, UsageError> {
     Ok(Launch {
         policy,
         status_fd,
+        expect_sha256,
         cmd,
         args: it.collect(),
     })
@@ -169,6 +181,19 @@ fn parse_fd(value: &str) -> Result<i32, UsageError> {
         _ => Err(UsageError(format!(
             "`--status-fd` needs a descriptor number of 3 or more, got {value:?}"
         ))),
+    }
+}
+
+/// An expected digest: exactly 64 lowercase hex digits, as saphan writes
+/// them (an uppercase spelling is refused rather than folded, so the value
+/// compared is the value sent).
+fn parse_sha256(value: &str) -> Result<String, UsageError> {
+    if saphan_core::digest::is_sha256_hex(value) {
+        Ok(value.to_owned())
+    } else {
+        Err(UsageError(format!(
+            "`--expect-sha256` needs 64 lowercase hex digits, got {value:?}"
+        )))
     }
 }
 
@@ -295,6 +320,7 @@ mod tests {
             Ok(Command::Exec(Launch {
                 policy: Some("{\"a\":1}".to_owned()),
                 status_fd: None,
+                expect_sha256: None,
                 cmd: "/bin/sh".into(),
                 args: vec!["-c".into(), "echo --".into(), "--".into()],
             }))
@@ -304,6 +330,7 @@ mod tests {
             Ok(Command::Exec(Launch {
                 policy: Some("{}".to_owned()),
                 status_fd: None,
+                expect_sha256: None,
                 cmd: "claude".into(),
                 args: vec!["-p".into()],
             }))
@@ -315,6 +342,7 @@ mod tests {
         let expected = Command::Exec(Launch {
             policy: Some("{\"a\":1}".to_owned()),
             status_fd: Some(7),
+            expect_sha256: None,
             cmd: "/bin/sh".into(),
             args: vec!["-c".into(), "exit 3".into()],
         });
@@ -336,6 +364,7 @@ mod tests {
             Ok(Command::Reap(Launch {
                 policy: None,
                 status_fd: None,
+                expect_sha256: None,
                 cmd: "sh".into(),
                 args: vec!["-c".into(), "--status-fd".into()],
             }))
@@ -345,6 +374,7 @@ mod tests {
             Ok(Command::Reap(Launch {
                 policy: None,
                 status_fd: Some(9),
+                expect_sha256: None,
                 cmd: "true".into(),
                 args: vec![],
             }))
@@ -354,9 +384,132 @@ mod tests {
             Ok(Command::Reap(Launch {
                 policy: None,
                 status_fd: Some(3),
+                expect_sha256: None,
                 cmd: "true".into(),
                 args: vec![],
             }))
         );
+    }
+
+    const DIGEST: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+    fn launch_of(command: Result<Command, UsageError>) -> Launch {
+        match command {
+            Ok(Command::Exec(l) | Command::Reap(l)) => l,
+            other => panic!("not a launch: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn both_verbs_take_an_expected_digest_in_either_spelling_and_any_order() {
+        for verb in ["exec", "reap"] {
+            let policy: &[&str] = if verb == "exec" {
+                &["--policy", "{}"]
+            } else {
+                &[]
+            };
+            let spellings: [&[&str]; 2] = [&["--expect-sha256", DIGEST], &[]];
+            let inline = format!("--expect-sha256={DIGEST}");
+            let orders: Vec<Vec<&str>> = vec![
+                [&[verb][..], spellings[0], policy, &["--status-fd", "4"]].concat(),
+                [&[verb][..], &["--status-fd=4"], policy, spellings[0]].concat(),
+                [
+                    &[verb][..],
+                    policy,
+                    &[inline.as_str()],
+                    &["--status-fd", "4"],
+                ]
+                .concat(),
+            ];
+            for mut args in orders {
+                args.extend(["--", "/bin/true", "--expect-sha256=x"]);
+                let l = launch_of(p(&args));
+                assert_eq!(l.expect_sha256.as_deref(), Some(DIGEST), "{args:?}");
+                assert_eq!(l.status_fd, Some(4), "{args:?}");
+                assert_eq!(l.args, vec![OsString::from("--expect-sha256=x")]);
+                assert_eq!(l.policy.is_some(), verb == "exec");
+            }
+            let args = [&[verb][..], spellings[1], policy, &["--", "/bin/true"]].concat();
+            assert_eq!(launch_of(p(&args)).expect_sha256, None, "{args:?}");
+        }
+        assert_eq!(
+            p(&["reap", "--expect-sha256", DIGEST, "--", "true"]),
+            Ok(Command::Reap(Launch {
+                policy: None,
+                status_fd: None,
+                expect_sha256: Some(DIGEST.to_owned()),
+                cmd: "true".into(),
+                args: vec![],
+            }))
+        );
+    }
+
+    #[test]
+    fn an_expected_digest_must_be_64_lowercase_hex_digits_given_once() {
+        let upper = DIGEST.to_uppercase();
+        let long = format!("{DIGEST}0");
+        let twice_inline = format!("--expect-sha256={DIGEST}");
+        for verb in ["exec", "reap"] {
+            let policy: &[&str] = if verb == "exec" {
+                &["--policy", "{}"]
+            } else {
+                &[]
+            };
+            let bad_values = [
+                "",
+                &DIGEST[..63],
+                long.as_str(),
+                upper.as_str(),
+                "g3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+                "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b78",
+            ];
+            for bad in bad_values {
+                for spelled in [
+                    vec!["--expect-sha256".to_owned(), bad.to_owned()],
+                    vec![format!("--expect-sha256={bad}")],
+                ] {
+                    let mut args: Vec<&str> = vec![verb];
+                    args.extend(policy);
+                    args.extend(spelled.iter().map(String::as_str));
+                    args.extend(["--", "/bin/true"]);
+                    let err = p(&args).unwrap_err();
+                    assert!(
+                        err.0
+                            .starts_with("`--expect-sha256` needs 64 lowercase hex digits"),
+                        "{args:?}: {err:?}"
+                    );
+                }
+            }
+            for args in [
+                [
+                    &[verb][..],
+                    &["--expect-sha256", DIGEST],
+                    policy,
+                    &[twice_inline.as_str()],
+                    &["--", "/bin/true"],
+                ]
+                .concat(),
+                [
+                    &[verb][..],
+                    &["--expect-sha256", DIGEST, "--expect-sha256", DIGEST],
+                    policy,
+                    &["--", "/bin/true"],
+                ]
+                .concat(),
+            ] {
+                assert_eq!(
+                    p(&args),
+                    Err(UsageError("`--expect-sha256` given twice".to_owned())),
+                    "{args:?}"
+                );
+            }
+            // A missing value, and the option after `--` is the command's.
+            let args = [&[verb][..], policy, &["--expect-sha256"]].concat();
+            assert!(p(&args).is_err(), "{args:?}");
+            let args = [&[verb][..], policy, &["--expect-sha256", "--", "x"]].concat();
+            assert!(p(&args).is_err(), "{args:?}");
+            let args = [&[verb][..], policy, &["--expect-sha", DIGEST, "--", "x"]].concat();
+            assert!(p(&args).is_err(), "{args:?}");
+        }
     }
 }

@@ -3,6 +3,9 @@
 //! `exec` and `reap` are one function ([`launch`]): `exec` confines the
 //! launcher with Landlock first, `reap` does not (it runs inside a jail that
 //! is already built, e.g. bubblewrap's); both then supervise the command.
+//! With `--expect-sha256` either first proves what it is: it hashes the
+//! inode it runs from and refuses unless that is the expected launcher
+//! ([`verify_self`]).
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -15,8 +18,9 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use saphan_core::binary_custody::{self, Caller, CustodyViolation, StatFacts};
+use saphan_core::digest::{self, VerifyError};
 use saphan_core::landlock::{self, AbiProbe};
-use saphan_core::{digest, policy, process, BinaryCustodyError, RefusalClass};
+use saphan_core::{policy, process, BinaryCustodyError, RefusalClass};
 
 use crate::cli::Launch;
 use crate::refusal::{Refusal, EXIT_REFUSED};
@@ -306,17 +310,20 @@ pub fn exited_line(outcome: &Outcome) -> String {
 ///    `/proc/<launcher>/fd/N` (the status descriptor among them);
 /// 2. adopt the status descriptor and set FD_CLOEXEC on it, so the command
 ///    never inherits it;
-/// 3. a failed custody check (measured at entry) is refused here, so the
+/// 3. with `--expect-sha256`: [`verify_self`] — hash `/proc/self/exe` and
+///    refuse `digest-mismatch` unless it is the expected digest (or when it
+///    cannot be read), else print `saphan-launcher: self sha256=HEX`;
+/// 4. a failed custody check (measured at entry) is refused here, so the
 ///    refusal reaches the status descriptor too;
-/// 4. `exec` only: [`prepare`] — parse the policy, apply the Landlock domain
+/// 5. `exec` only: [`prepare`] — parse the policy, apply the Landlock domain
 ///    to the launcher itself (so everything it forks is inside), print the
 ///    confirmation line, enter the workdir, create the scratch directory
 ///    without following links, verify a pinned digest;
-/// 5. become a child subreaper, spawn the command (for `exec`: TMPDIR set,
+/// 6. become a child subreaper, spawn the command (for `exec`: TMPDIR set,
 ///    and a scope-only domain nested in the launcher's from ABI 6),
 ///    forward SIGTERM/SIGINT/SIGHUP to it, wait for it, then SIGKILL every
 ///    process it left behind ([`Supervisor`]);
-/// 6. `saphan-launcher: exited code=N reaped=M`, and exit with the
+/// 7. `saphan-launcher: exited code=N reaped=M`, and exit with the
 ///    command's status (128+signal when it was killed; 127 with
 ///    `code=127 reaped=0` when it could not be executed).
 ///
@@ -339,6 +346,15 @@ pub fn launch(custody: Result<(), &Refusal>, launch: Launch, confine: bool) -> E
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Before anything the launcher applies or runs: is this the launcher the
+    // engine checked? (It hashed the file by path; the path may have been
+    // swapped since. The running inode cannot be.)
+    if let Some(expected) = &launch.expect_sha256 {
+        match verify_self(Path::new(SELF_EXE), expected) {
+            Ok(actual) => status.line(&self_digest_line(&actual)),
+            Err(r) => return status.refuse(&r),
+        }
+    }
     // `exec` applies the boundary, so its own custody is its run condition.
     // `reap` applies none: it runs as the first process inside a jail that
     // bubblewrap already built, in the jail's user namespace, where a
@@ -384,6 +400,23 @@ pub fn launch(custody: Result<(), &Refusal>, launch: Launch, confine: bool) -> E
     };
     status.line(&exited_line(&outcome));
     ExitCode::from(u8::try_from(outcome.code).unwrap_or(EXIT_IO))
+}
+
+/// The line a launcher that proved its digest prints.
+pub fn self_digest_line(sha256: &str) -> String {
+    format!("saphan-launcher: self sha256={sha256}")
+}
+
+/// Step 3 of [`launch`]: hashes `exe` — `/proc/self/exe`, the inode this
+/// process was executed from, whatever its path now names: a rename over
+/// the path does not change it, and writing to a running executable fails
+/// (ETXTBSY) — and returns its digest when it is `expected`. A mismatch, and
+/// a file that cannot be read (cannot verify = refused), are `digest-mismatch`.
+fn verify_self(exe: &Path, expected: &str) -> Result<String, Refusal> {
+    digest::verify_sha256_file(exe, expected).map_err(|e| match e {
+        VerifyError::Mismatch { actual } => Refusal::self_digest_mismatch(exe, &actual, expected),
+        VerifyError::Unreadable(e) => Refusal::self_digest_unreadable(exe, expected, &e),
+    })
 }
 
 fn start_refusal(e: &StartError) -> Refusal {
@@ -530,4 +563,40 @@ fn make_scratch(workdir: &Path) -> Result<(), Refusal> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verify_self_confirms_the_running_executable_and_refuses_any_other_digest() {
+        let exe = Path::new(SELF_EXE);
+        let digest = digest::sha256_file(exe).unwrap();
+        assert_eq!(verify_self(exe, &digest), Ok(digest.clone()));
+        assert_eq!(
+            self_digest_line(&digest),
+            format!("saphan-launcher: self sha256={digest}")
+        );
+
+        let wrong = "0".repeat(64);
+        let r = verify_self(exe, &wrong).unwrap_err();
+        assert_eq!(r, Refusal::self_digest_mismatch(exe, &digest, &wrong));
+        assert!(r.message.contains(&digest) && r.message.contains(&wrong));
+        assert!(r.message.contains("/proc/self/exe"), "{}", r.message);
+    }
+
+    #[test]
+    fn an_unreadable_launcher_is_refused_as_a_digest_mismatch() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join("saphan-launcher");
+        let r = verify_self(&gone, &"0".repeat(64)).unwrap_err();
+        assert_eq!(r.class, RefusalClass::DigestMismatch);
+        assert!(
+            r.message.contains("cannot be read to verify its sha256"),
+            "{}",
+            r.message
+        );
+    }
 }

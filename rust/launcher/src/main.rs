@@ -15,6 +15,13 @@
 //! adopted, so it reaches the engine on that descriptor too). `reap` runs
 //! inside a jail's user namespace, where ownership cannot be measured; the
 //! engine checks its custody outside before composing (commands::launch).
+//!
+//! Identity: the engine hashes the launcher's file by path, then runs that
+//! path, and the file can be swapped in between. With `--expect-sha256 HEX`
+//! `exec` and `reap` prove what they are before they act: they hash
+//! `/proc/self/exe` (the inode actually running) and refuse
+//! `digest-mismatch` unless it is HEX, then print
+//! `saphan-launcher: self sha256=HEX` (on the status descriptor too).
 #![forbid(unsafe_code)]
 
 mod cli;

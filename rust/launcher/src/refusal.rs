@@ -23,6 +23,12 @@ use saphan_core::{BinaryCustodyError, GrantError, LandlockError, PolicyError, Re
 /// The single exit code of every refusal.
 pub const EXIT_REFUSED: u8 = 3;
 
+/// What to do when the running launcher is not the expected one.
+const SELF_DIGEST_FIX: &str =
+    "deliver the launcher to this machine again (`saphan machine deliver \
+     <machine> --probe`) and dispatch the run again; if it recurs, investigate the host: \
+     something there replaced the launcher after it was delivered";
+
 #[derive(Debug, PartialEq, Eq)]
 pub struct Refusal {
     pub class: RefusalClass,
@@ -109,6 +115,34 @@ impl Refusal {
         )
     }
 
+    /// The running launcher (`exe`, i.e. `/proc/self/exe`) is not the one
+    /// the engine expects (`--expect-sha256`).
+    pub fn self_digest_mismatch(exe: &Path, actual: &str, expected: &str) -> Self {
+        Refusal::new(
+            RefusalClass::DigestMismatch,
+            format!(
+                "the running launcher {} has sha256 {actual}, the engine expects sha256 \
+                 {expected}",
+                exe.display()
+            ),
+            SELF_DIGEST_FIX,
+        )
+    }
+
+    /// The running launcher cannot be read, so it cannot prove what it is:
+    /// refused like a mismatch.
+    pub fn self_digest_unreadable(exe: &Path, expected: &str, e: &std::io::Error) -> Self {
+        Refusal::new(
+            RefusalClass::DigestMismatch,
+            format!(
+                "the running launcher {} cannot be read to verify its sha256 (the engine \
+                 expects sha256 {expected}): {e}; a launcher that cannot be verified runs nothing",
+                exe.display()
+            ),
+            SELF_DIGEST_FIX,
+        )
+    }
+
     /// The running binary failed its custody check (or could not be
     /// measured); the refusal also states what the check does not assert.
     pub fn custody(e: &BinaryCustodyError) -> Self {
@@ -174,6 +208,43 @@ mod tests {
                  process can stat (and its parent directory)\n{NOT_ASSERTED}"
             )
         );
+    }
+
+    #[test]
+    fn a_self_digest_refusal_names_both_digests_and_the_running_file() {
+        let (actual, expected) = ("a".repeat(64), "b".repeat(64));
+        let exe = Path::new("/proc/self/exe");
+        let r = Refusal::self_digest_mismatch(exe, &actual, &expected);
+        assert_eq!(r.class, RefusalClass::DigestMismatch);
+        assert_eq!(
+            r.status_line(),
+            format!(
+                "saphan-launcher: refused [digest-mismatch] the running launcher /proc/self/exe \
+                 has sha256 {actual}, the engine expects sha256 {expected}"
+            )
+        );
+        assert!(
+            r.fix.contains("`saphan machine deliver <machine> --probe`"),
+            "{}",
+            r.fix
+        );
+        assert!(r.fix.contains("investigate the host"), "{}", r.fix);
+
+        let e = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let r = Refusal::self_digest_unreadable(exe, &expected, &e);
+        assert_eq!(r.class, RefusalClass::DigestMismatch);
+        assert!(
+            r.message.starts_with(&format!(
+                "the running launcher /proc/self/exe cannot be read to verify its sha256 (the \
+                 engine expects sha256 {expected}): "
+            )),
+            "{}",
+            r.message
+        );
+        assert!(r
+            .message
+            .ends_with("; a launcher that cannot be verified runs nothing"));
+        assert_eq!(r.fix, Refusal::self_digest_mismatch(exe, "", "").fix);
     }
 
     #[test]

@@ -429,3 +429,61 @@ fn the_command_cannot_signal_its_supervisor() {
     ]);
     assert_eq!(stdout(&out), "REACHED\n");
 }
+
+/// `--expect-sha256`: the launcher hashes the inode it runs from before it
+/// does anything; the right digest is reported first on the status
+/// descriptor, a wrong one is refused with nothing run.
+#[test]
+fn the_launcher_proves_its_digest_before_it_acts() {
+    let own = saphan_core::digest::sha256_file(Path::new(LAUNCHER)).unwrap();
+    let wrong = "0".repeat(64);
+    let tree = Tree::new();
+    let policy = tree.policy();
+    for verb in ["reap", "exec"] {
+        let status = tree.base.join(format!("status-{verb}"));
+        let marker = tree.wd.join(format!("ran-{verb}"));
+        let script = format!("touch {}", marker.display());
+        for expected in [&own, &wrong] {
+            let mut args = vec![verb, "--status-fd", "5", "--expect-sha256", expected];
+            if verb == "exec" {
+                args.extend(["--policy", &policy]);
+            }
+            args.extend(["--", "/bin/sh", "-c", &script]);
+            let out = run_with_status(&status, &args);
+            let got = lines_of(&status);
+            if expected == &own {
+                assert_eq!(code(&out), 0, "{}", stderr(&out));
+                assert!(marker.exists(), "{verb}: the command did not run");
+                std::fs::remove_file(&marker).unwrap();
+                assert_eq!(got[0], format!("saphan-launcher: self sha256={own}"));
+                let rest: Vec<&str> = got[1..].iter().map(String::as_str).collect();
+                match verb {
+                    "exec" => {
+                        assert_eq!(rest.len(), 2, "{got:?}");
+                        assert!(rest[0].starts_with("saphan-launcher: landlock abi="));
+                    }
+                    _ => assert_eq!(rest.len(), 1, "{got:?}"),
+                }
+                assert_eq!(
+                    rest[rest.len() - 1],
+                    "saphan-launcher: exited code=0 reaped=0"
+                );
+            } else {
+                assert_eq!(code(&out), 3, "{}", stderr(&out));
+                assert!(!marker.exists(), "{verb}: the command ran");
+                assert_eq!(
+                    got,
+                    [format!(
+                        "saphan-launcher: refused [digest-mismatch] the running launcher \
+                         /proc/self/exe has sha256 {own}, the engine expects sha256 {wrong}"
+                    )]
+                );
+                assert!(
+                    stderr(&out).contains("fix: deliver the launcher to this machine again"),
+                    "{}",
+                    stderr(&out)
+                );
+            }
+        }
+    }
+}
