@@ -96,19 +96,41 @@ def test_only_the_record_writer_writes_outcomes() -> None:
 
 
 def test_every_run_shape_goes_through_one_pipeline_function() -> None:
-    """Engine.run is the pipeline's only caller; the pipeline is what calls
-    the local and the remote dispatcher."""
-    callers: dict[str, list[str]] = {"execute_local": [], "run_remote": [], "pipeline.run": []}
+    """Engine.run is the pipeline's only caller; the pipeline alone makes the
+    sites (site/local.py, site/ssh.py) and drives them (execute)."""
+    wanted = {"LocalSite": [], "SshSite": [], "execute": [], "pipeline.run": []}
+    callers: dict[str, list[str]] = {k: list(v) for k, v in wanted.items()}
     for mod, path in _modules().items():
-        text = path.read_text()
-        for name in ("execute_local", "run_remote"):
-            if f"{name}(" in text and f"def {name}(" not in text:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else (
+                f"{f.value.id}.{f.attr}" if isinstance(f, ast.Attribute)
+                and isinstance(f.value, ast.Name) else "")
+            if name in callers and mod not in callers[name]:
                 callers[name].append(mod)
-        if "pipeline.run(" in text:
-            callers["pipeline.run"].append(mod)
-    assert callers == {"execute_local": ["saphan.run.pipeline"],
-                       "run_remote": ["saphan.run.pipeline"],
+    assert callers == {"LocalSite": ["saphan.run.pipeline"], "SshSite": ["saphan.run.pipeline"],
+                       "execute": ["saphan.run.pipeline"],
                        "pipeline.run": ["saphan.engine"]}, callers
+
+
+def test_both_sites_implement_the_site_seam() -> None:
+    """Every call of the Site protocol exists on each site, with its signature."""
+    import inspect
+
+    from saphan.site import Site
+    from saphan.site.local import LocalSite
+    from saphan.site.ssh import SshSite
+
+    calls = [n for n, v in vars(Site).items() if callable(v) and not n.startswith("_")]
+    assert set(calls) == {"inspect", "liveness", "prepare", "start", "interrupted", "settle"}
+    for cls in (LocalSite, SshSite):
+        for name in calls:
+            want = list(inspect.signature(getattr(Site, name)).parameters)
+            got = list(inspect.signature(getattr(cls, name)).parameters)
+            assert got == want, (cls.__name__, name, got)
+        assert cls.kind in ("local", "ssh")
 
 
 def test_the_engine_is_a_thin_facade() -> None:

@@ -30,7 +30,7 @@ def holder_of(run: RunRow) -> Holder:
 
 
 def holder_liveness(run: RunRow, remote: RemoteCheck | None = None) -> Liveness:
-    """``remote`` reads holders on another machine (saphan.remote); without
+    """``remote`` reads holders on another machine (saphan.site.far); without
     it, a holder on another host is "unknown" and counted as alive."""
     return check(holder_of(run), remote)
 

@@ -119,9 +119,9 @@ class Context:
         """Reads holders of runs on SSH machine ``m`` over its transport."""
         if m.transport != "ssh":
             return None
-        from saphan import remote
         from saphan.errors import TransportError
         from saphan.liveness import Holder, Liveness
+        from saphan.site import far as remote
 
         tag = remote.holder_host(m)
 

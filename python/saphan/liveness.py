@@ -8,7 +8,7 @@ refuse rather than double-book.
 
 A holder on a remote runner is read over that machine's own transport: the
 engine passes :func:`check` a :data:`RemoteCheck` that recognises the
-holders it can read (saphan.remote) and answers with the same verdicts,
+holders it can read (saphan.site.far) and answers with the same verdicts,
 computed by the same :func:`judge`. Unreachable is "unknown".
 """
 

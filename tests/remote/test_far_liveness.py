@@ -6,7 +6,13 @@ from __future__ import annotations
 import signal
 import time
 
+import pytest
+
 from remote.conftest import Remote, pid_alive, stop
+from saphan import Engine, Refusal
+from saphan.capacity import reserve_seat
+from saphan.ids import new_run_id
+from saphan.liveness import current_holder
 
 
 def test_far_holder_killed_is_finalised_by_the_next_reservation(far: Remote) -> None:
@@ -39,13 +45,28 @@ def test_unreachable_far_holder_counts_as_alive(far: Remote) -> None:
     holder = far.wait_far_holder("far3")
     h.link_down()
     try:
+        # A run there fails at its preflight dial, before any seat is taken.
+        before = len(far.ok("runs", "list", "--json").json())
         r = far("run", "--machine", "far3", "--slot", "s1", "--workdir", str(wd), "--", "true")
-        assert r.code == 3, r.err
-        assert "refused [seat-full]: slot s1 on far3 carries 1 run and may carry 1" in r.err
-        assert f"run {holder['run']} (pid {holder['pid']} on ssh://{h.user}@{h.addr}:22" in r.err
-        assert "liveness unknown" in r.err
-        assert "No route to host" in r.err or "Network is unreachable" in r.err
-        assert "counted as alive" in r.err
+        assert r.code == 1 and "machine far3" in r.err and "unreachable" in r.err, r.err
+        assert len(far.ok("runs", "list", "--json").json()) == before
+        # Conflict handling, which cannot read the far holder: counted as alive.
+        engine = Engine(far.s.home)
+        try:
+            with pytest.raises(Refusal) as e:
+                reserve_seat(engine.ctx.store, engine.slot("far3", "s1"), run_id=new_run_id(),
+                             tool="command", workdir=str(wd), holder=current_holder(),
+                             remote=engine.ctx.remote_liveness(engine.machine("far3")),
+                             record_key=engine.ctx.record_key)
+        finally:
+            engine.close()
+        msg = e.value.message
+        assert e.value.cls == "seat-full"
+        assert "slot s1 on far3 carries 1 run and may carry 1" in msg
+        assert f"run {holder['run']} (pid {holder['pid']} on ssh://{h.user}@{h.addr}:22" in msg
+        assert "liveness unknown" in msg
+        assert "No route to host" in msg or "Network is unreachable" in msg
+        assert "counted as alive" in msg
         assert pid_alive(holder["pid"])  # nothing was done to it
     finally:
         h.link_up()

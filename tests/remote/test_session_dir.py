@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from remote.conftest import Remote
-from saphan import Engine, Refusal, RunRecord, remote
-from saphan.dispatch_remote import run_remote
+from saphan import Engine, Refusal, RunRecord
 from saphan.ids import new_run_id
 from saphan.liveness import current_holder
-from saphan.remote import Preflight, verify_session_dir
+from saphan.run import pipeline
+from saphan.site import far as remote
+from saphan.site.far import Preflight, verify_session_dir
+from saphan.site.ssh import SshSite
 from saphan.tools.session_key import session_key
 
 
@@ -147,8 +149,9 @@ def _claude_run(far: Remote, name: str, wd: Path, script: str) -> RunRecord:
     try:
         base = {"id": new_run_id(), "machine": name, "slot": "c1", "tool": "claude",
                 "argv": [], "saphan_version": "test", "requested_at": "now"}
-        return run_remote(engine.ctx, engine.slot(name, "c1"), engine.machine(name), base,
-                          ["sh", "-c", script], workdir=str(wd), repo=None,
-                          holder=current_holder(), boundary=None, stream=False)
+        m = engine.machine(name)
+        site = SshSite(engine.ctx, engine.slot(name, "c1"), m, ["sh", "-c", script],
+                       workdir=SshSite.far_workdir(m, str(wd)), stream=False)
+        return pipeline.dispatch(engine.ctx, site, base, current_holder())
     finally:
         engine.close()

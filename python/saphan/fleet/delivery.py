@@ -29,9 +29,10 @@ def deliver(
     import subprocess
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
-    from saphan import launcher, remote
+    from saphan import launcher
     from saphan.errors import TransportError
     from saphan.records import sign_fact
+    from saphan.site import far as remote
     from saphan.transport.ssh import SSHConnection
 
     if all_machines == bool(names):

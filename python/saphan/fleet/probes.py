@@ -19,7 +19,7 @@ def probe_confinement(ctx: Context, name: str) -> dict[str, Any]:
     measures, on that machine, over its pinned connection."""
     m = ctx.machine(name)
     if m.transport == "ssh":
-        from saphan import remote
+        from saphan.site import far as remote
 
         delivered = delivered_launcher(ctx, name)
         out, err, code = remote.probe(ctx.ssh(m), delivered["path"])
@@ -50,7 +50,7 @@ def record_probe(ctx: Context, name: str, value: dict[str, Any]) -> dict[str, An
 
 
 def delivered_launcher(ctx: Context, name: str) -> dict[str, Any]:
-    from saphan.remote import FACT_KIND
+    from saphan.site.far import FACT_KIND
 
     fact = ctx.verified_fact(name, FACT_KIND)
     if fact is None:

@@ -1,7 +1,7 @@
 """The loop's outer half: the adapter the dispatcher drives for a loop slot.
 
 The loop is one more caller of the composer that jails agent tools
-(saphan.dispatch.execute_local → confine.compose): it gets the same derived
+(saphan.site.local.LocalSite → confine.compose): it gets the same derived
 Policy, the same bubblewrap (or Landlock) rendering, the same argv guard.
 What it adds is the blinding (docs/loop.md):
 

@@ -1,21 +1,24 @@
 """One run, on one screen: cast → reserve → compose → dispatch → record.
 
     request   run/request.py      what was asked fits the slot (nothing written)
-    cast      here                the named machine and slot; the tool can go there
-    reserve   capacity.py         one of the slot's ordinals, in the database
-    compose   confine/, tools/    the boundary from one Policy, the tool's argv
-    dispatch  dispatch.py (this host), dispatch_remote.py (SSH)
+    cast      here                the named machine and slot; the tool can go
+                                  there; the Site that runs it (site/)
+    inspect   site/               before the seat: what the run needs exists
+                                  there (for SSH: the one preflight dial)
+    reserve   run/reserve.py      one of the slot's ordinals, in the database
+    compose   site.prepare        the boundary from one Policy, the tool's argv
+    dispatch  site.start          the run, on this host or over SSH
     record    run/record.py       the only writer of every outcome
 
 Every "cannot" after the request is valid is a Refusal recorded on the run's
-row before it is raised (run/record.refused before a seat is held; the
-dispatcher's finish once one is).
+row before it is raised: by run/record.refused before a seat is held, by
+:func:`execute`'s finish once one is. A UserError (a bad request) is raised
+only before the seat, and writes nothing.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -25,14 +28,16 @@ from saphan.ids import new_run_id
 from saphan.refusals import Refusal
 from saphan.run import record as recorder
 from saphan.run import request as requests
+from saphan.run.end import RunEnd
 from saphan.run.reserve import reserve
 from saphan.timefmt import now_iso
-from saphan.tools import AGENT_TOOLS, DISPATCHABLE
+from saphan.tools import DISPATCHABLE
 
 if TYPE_CHECKING:
     from saphan.context import Context
+    from saphan.liveness import Holder
     from saphan.records import RunRecord
-    from saphan.tools.adapter import CommandAdapter
+    from saphan.site import Site
     from saphan.tools.launch import Request as AgentRequest
 
 
@@ -58,29 +63,26 @@ def run(
     command = list(argv)
     if not command and request is None:
         raise UserError("nothing to run: give the command after `--`")
-    config = ctx.config
     holder = current_holder()
     run_id = new_run_id()
     if repo is not None and workdir is not None:
         raise UserError("give --repo or --workdir, not both (--repo makes the working directory)")
     if repo is None and base_ref is not None:
         raise UserError("--base needs --repo")
-    if repo is not None:
-        wd = str(ctx.workspace.home / "worktrees" / run_id)
-    else:
-        wd = os.path.abspath(workdir if workdir is not None else os.getcwd())
+    if boundary not in (None, "landlock"):
+        raise UserError(f"--boundary {boundary!r} is unknown; omit it or use `landlock`")
     base: dict[str, Any] = {
-        "id": run_id, "machine": machine, "slot": slot, "argv": command, "workdir": wd,
+        "id": run_id, "machine": machine, "slot": slot, "argv": command,
         "saphan_version": __version__, "requested_at": now_iso(),
     }
     # run.confinement is checked before any other branch of any run.
     try:
-        mode = confinement_mode(config)
+        mode = confinement_mode(ctx.config)
     except Refusal as refusal:
         recorder.refused(ctx, base, "unknown", holder, refusal)
         raise
 
-    # -- cast: the named slot, if the tool can run there ------------------------
+    # -- cast: the named slot, if the tool can run there; the site that runs it --
     s = ctx.slot(machine, slot)
     m = ctx.machine(machine)
     base["tool"] = s.tool
@@ -96,84 +98,66 @@ def run(
             f"slot {slot!r} runs tool {s.tool!r}, which this build of saphan cannot dispatch "
             f"yet (it dispatches: {', '.join(DISPATCHABLE)}); use a --tool command slot"
         )
-    if boundary not in (None, "landlock"):
-        raise UserError(f"--boundary {boundary!r} is unknown; omit it or use `landlock`")
     requests.check_fits(s, m, command, request, boundary)
-
+    site: Site
     if m.transport == "ssh":
-        from saphan.dispatch_remote import run_remote
+        from saphan.site.ssh import SshSite
 
+        if repo is not None:
+            raise UserError(
+                f"--repo makes a worktree on this machine; for SSH machine {m.name!r} give "
+                "--workdir /absolute/path/on/that/machine"
+            )
         if request is not None and request.permission_class is not None:
             requests.command_class(request.permission_class, command[0])
-        return run_remote(ctx, s, m, base, command, workdir=workdir, repo=repo,
-                          holder=holder, boundary=boundary, stream=stream)
-
-    spec = None
-    if repo is not None:
-        from saphan import worktrees
-
-        spec = worktrees.resolve_repo(os.fspath(repo), base_ref)
-    if spec is None and not os.path.isdir(wd):
-        missing = Refusal(
-            "workdir-missing",
-            f"the working directory {wd} does not exist on {machine}",
-            f"create it (`mkdir -p {wd}`) or pass an existing --workdir",
-        )
-        recorder.refused(ctx, base, s.tool, holder, missing)
-        raise missing
-    requests.check_workdir_apart(ctx, wd)
-
-    # -- compose what only the tool can (an agent's adapter), before the seat ----
-    from saphan.dispatch import execute_local
-
-    if request is not None and s.tool in AGENT_TOOLS:
-        from saphan.tools.launch import prepare
-
-        try:
-            adapter = prepare(ctx, s.tool, request, workdir=wd, run_id=run_id,
-                              confinement=mode, run_dir=ctx.workspace.run_dir(run_id))
-        except Refusal as refusal:
-            recorder.refused(ctx, base, s.tool, holder, refusal)
-            raise
-        base["agent"] = adapter.binary.as_record()
+        site = SshSite(ctx, s, m, command, workdir=SshSite.far_workdir(m, workdir),
+                       stream=stream)
     else:
-        adapter = _command_adapter(request, command, wd, run_id, mode)
-        base["agent"] = {"path": adapter.binary.path, "sha256": adapter.binary.sha256}
-        base["argv"] = list(adapter.command)
+        from saphan.site.local import LocalSite
 
-    # -- reserve ---------------------------------------------------------------------
-    base["session_ordinal"] = reserve(ctx, s, base, wd, holder)
-
-    # -- compose, dispatch, record (the dispatcher finishes the row whatever happens)
-    return execute_local(
-        ctx, s, base, wd, stream=stream, boundary_choice=boundary,
-        repo=spec, keep_worktree=keep_worktree,
-        adapter=adapter,
-    )
+        wd = (str(ctx.workspace.home / "worktrees" / run_id) if repo is not None
+              else os.path.abspath(workdir if workdir is not None else os.getcwd()))
+        site = LocalSite(ctx, s, command, workdir=wd, mode=mode, stream=stream,
+                         boundary=boundary, repo=repo, base_ref=base_ref,
+                         keep_worktree=keep_worktree, request=request)
+    return dispatch(ctx, site, base, holder)
 
 
-def _command_adapter(request: AgentRequest | None, command: list[str], wd: str,
-                     run_id: str, mode: str) -> CommandAdapter:
-    """A command slot's adapter: argv[0] resolved and digested, its permission
-    class (if any) loaded and checked — all before the seat."""
-    from saphan import _native
-    from saphan.tools.adapter import CommandAdapter
-    from saphan.tools.binaries import AgentBinary
-    from saphan.tools.instruction import Instruction
-
-    pc = None
-    if request is not None and request.permission_class is not None:
-        pc = requests.command_class(request.permission_class, command[0])
-    path = _resolve_command(command[0])
-    return CommandAdapter(
-        AgentBinary("command", path, _native.sha256_file(path), ""),
-        Instruction(prompt_path="", workdir=os.path.realpath(wd), permission_class=pc),
-        mode, run_id, command=(path, *command[1:]),
-    )
+def dispatch(ctx: Context, site: Site, base: dict[str, Any], holder: Holder) -> RunRecord:
+    """Inspect (before the seat), reserve, then :func:`execute`."""
+    base["workdir"] = site.workdir
+    try:
+        site.inspect(base)
+    except Refusal as refusal:
+        recorder.refused(ctx, base, base["tool"], holder, refusal)
+        raise
+    slot = ctx.slot(base["machine"], base["slot"])
+    base["session_ordinal"] = reserve(ctx, slot, base, site.workdir, holder,
+                                      remote=site.liveness())
+    return execute(ctx, site, base)
 
 
-def _resolve_command(argv0: str) -> str:
-    resolved = shutil.which(argv0, path=os.environ.get("PATH"))
-    if resolved is None:
-        raise UserError(f"command {argv0!r} not found on PATH; give its absolute path")
-    return os.path.abspath(resolved)
+def execute(ctx: Context, site: Site, base: dict[str, Any]) -> RunRecord:
+    """Compose, dispatch, record a reserved run on its site; the row is
+    finished whatever happens (or, when the site says a far process may still
+    run, left live with that process as its holder)."""
+    record: dict[str, Any] = {**base, "started_at": now_iso(), "enforced_by": None}
+    end = RunEnd()
+    try:
+        site.prepare(record)
+        recorder.running(ctx, record)
+        site.start(record, end)
+    except BaseException as e:
+        end.absorb(e, record, site.interrupted)
+        raise
+    finally:
+        try:
+            live = site.settle(record, end)
+        except Exception as e:  # the row is written whatever happened here
+            record["settle_error"] = f"{type(e).__name__}: {e}"
+            live = False
+        if live:
+            recorder.still_running(ctx, record)
+        else:
+            recorder.finished(ctx, record, end)
+    return ctx.run_record(record["id"])

@@ -4,8 +4,6 @@ Every way a run's row changes state goes through here, signed with the
 workspace record key (records.py) in the store and in ``runs/<id>/record.json``:
 
     refused(...)             a run refused before or at its reservation
-    discarded(...)           a reservation whose request proved bad before
-                             anything ran: the row goes (a UserError, exit 2)
     running(...)             the boundary is composed, the tool starts
     still_running(...)       a far run whose connection was lost (left live)
     finished(...)            every lane's end: exited, failed, refused at
@@ -24,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from saphan.errors import Interrupted
 from saphan.refusals import Refusal
+from saphan.run.end import RunEnd
 from saphan.timefmt import now_iso
 
 if TYPE_CHECKING:
@@ -34,44 +32,6 @@ if TYPE_CHECKING:
     from saphan.records import RunRecord
     from saphan.store import Store
     from saphan.store.rows import RunRow
-
-
-class RunEnd:
-    """How a run's body ended, as every lane records it.
-
-    Starts as "error" (anything unforeseen); ``exited`` records a normal end;
-    ``absorb`` classifies the exception on its way out (the caller re-raises).
-    """
-
-    def __init__(self) -> None:
-        self.outcome = "error"
-        self.state = "ended"
-        self.exit_code: int | None = None
-        self.refusal_class: str | None = None
-
-    def exited(self, code: int) -> None:
-        self.exit_code = code
-        self.outcome = "exited" if code == 0 else "failed"
-
-    def absorb(
-        self,
-        e: BaseException,
-        record: dict[str, Any],
-        interrupted_note: Callable[[Interrupted], str] = str,
-    ) -> None:
-
-        if isinstance(e, Refusal):
-            self.outcome, self.state, self.refusal_class = "refused", "refused", e.cls
-            record["refusal"] = e.as_dict()
-            e.run_id = record["id"]
-        elif isinstance(e, Interrupted):
-            self.outcome, self.exit_code = "interrupted", e.exit_code
-            record["notes"] = [*record.get("notes", []), interrupted_note(e)]
-        elif isinstance(e, KeyboardInterrupt):
-            self.outcome = "interrupted"
-        else:
-            self.outcome = "error"
-            record["error"] = f"{type(e).__name__}: {e}"
 
 
 def signed_json(ctx: Context, record: dict[str, Any]) -> str:
@@ -123,13 +83,6 @@ def refused(ctx: Context, base: dict[str, Any], tool: str, holder: Holder,
         at=record["finished_at"],
     )
     refusal.run_id = base["id"]
-
-
-def discarded(ctx: Context, run_id: str) -> None:
-    """The request was bad (found out only by the far dial, after the seat was
-    taken): nothing ran, so nothing is recorded — the reservation is removed
-    and the seat is free again."""
-    ctx.store.discard_reservation(run_id)
 
 
 def running(ctx: Context, record: dict[str, Any]) -> None:

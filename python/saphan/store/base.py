@@ -177,9 +177,6 @@ class Store:
     def mark_running(self, run_id: str) -> None:
         self.db.execute(q.MARK_RUNNING, (run_id,))
 
-    def discard_reservation(self, run_id: str) -> None:
-        self.db.execute(q.DISCARD_RESERVATION, (run_id,))
-
     def set_holder(
         self, run_id: str, holder: tuple[str, int, int | None, str | None]
     ) -> None:

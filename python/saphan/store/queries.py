@@ -78,10 +78,6 @@ MARK_RUNNING = "UPDATE runs SET state = 'running' WHERE id = ? AND finished_at I
 
 # A reservation whose request turned out bad before anything ran (nothing to
 # record: the row goes, as if the seat had never been taken).
-DISCARD_RESERVATION = """
-DELETE FROM runs WHERE id = ? AND finished_at IS NULL AND state = 'reserved'
-"""
-
 # A remote run's holder becomes the far process once it has started.
 SET_HOLDER = """
 UPDATE runs

@@ -4,7 +4,7 @@ An adapter turns an :class:`~saphan.tools.instruction.Instruction` and the
 run's derived write policy into the tool's command line, says whether the
 engine or the tool itself confines it, and reads the tool's session id back
 from its output afterwards (so a later ``saphan run --resume RUN`` can name
-it). The dispatcher (saphan.dispatch) calls, in order:
+it). The local site (saphan.site.local) calls, in order:
 
     session_dirs()          -> extra grants for the derived policy
     read_denials()          -> extra read denials for it (the loop's blinding)

@@ -1,30 +1,35 @@
-"""Reserve, compose, dispatch and record a run on a machine reached over SSH.
+"""The SSH site: a run on a machine reached over SSH.
 
 The boundary is Landlock, applied on the far machine by the delivered
 saphan-launcher, and composed only behind the gate on that machine's signed
-row (confine/landlock_gate.py). The steps after the reservation:
+row (confine/landlock_gate.py).
 
-1. the gate on FAR's row, and the delivered launcher's row;
-2. the preflight dial (saphan.remote.preflight), one round trip: the far
-   working directory exists and resolves; the installed launcher is the one
+Before the seat (``inspect``):
+1. the gate on the machine's row, and the delivered launcher's row;
+2. the preflight dial (site/far.preflight), one round trip: the far working
+   directory exists and resolves; the installed launcher is the one
    delivered and the one that measured the row (``digest-mismatch``); the
    agent's far path and SHA-256; for a Claude slot, this run's own session
-   leaf, re-derived and checked here (``session-dir-foreign``);
-3. the Policy from those answers — never from a local derivation of a far
-   path — rendered by confine/landlock.render into the launcher's one JSON
-   value: the far workdir (and session leaf) writable, reads everywhere;
-4. the run: the launcher is re-hashed on the far side just before it starts;
-   output streams back live; the far process becomes the seat's holder
-   (pid, start time, boot id), read over the transport by conflict handling;
-5. the record: what enforced (the far launcher's path, digest, version, the
-   ABI, the policy verbatim), the far confirmation line, the exit status.
+   leaf, re-derived and checked here (``session-dir-foreign``).
+
+After it:
+3. ``prepare``: the Policy from those answers — never from a local
+   derivation of a far path — rendered by confine/landlock.render into the
+   launcher's one JSON value: the far workdir (and session leaf) writable,
+   reads everywhere;
+4. ``start``: the launcher is re-hashed on the far side just before it
+   starts; output streams back live; the far process becomes the seat's
+   holder (pid, start time, boot id), read over the transport by conflict
+   handling; the record gets what enforced (the far launcher's path, digest,
+   version, the ABI, the policy verbatim), the far confirmation line, the
+   exit status.
 
 The row is finalised whatever happens after the reservation — an exit, a
 refusal, Ctrl-C or SIGTERM (the far process is hung up first and its exit
 status collected), an error — with one exception that follows SPEC.md §1
 rather than the local site: when the connection is lost after the far
-process started, nothing here can say whether it still runs, so the row
-stays live with the far process as its holder, and conflict handling
+process started, nothing here can say whether it still runs, so ``settle``
+keeps the row live with the far process as its holder, and conflict handling
 decides (unreachable counts as alive: refuse rather than double-book).
 """
 
@@ -40,19 +45,17 @@ from saphan.confine import landlock
 from saphan.confine.landlock_gate import FACT_KIND as LANDLOCK_FACT
 from saphan.confine.landlock_gate import gate_row
 from saphan.confine.policy import Policy
-from saphan.errors import TransportError, UserError
-from saphan.liveness import Holder
+from saphan.errors import Interrupted, TransportError, UserError
 from saphan.refusals import Refusal
-from saphan.run import record as recorder
-from saphan.run.record import RunEnd
+from saphan.run.end import RunEnd
 from saphan.store.rows import Machine, Slot
 from saphan.timefmt import now_iso
 from saphan.tools.binaries import check_pin
 
 if TYPE_CHECKING:
     from saphan.context import Context
-    from saphan.records import RunRecord
-    from saphan.remote import Preflight
+    from saphan.liveness import RemoteCheck
+    from saphan.site.far import Preflight
 
 #: What the remote boundary does not restrict, written into every record.
 NOT_RESTRICTED = (
@@ -69,42 +72,156 @@ _LAUNCHER_MISMATCH = "saphan-far: launcher-digest-mismatch "
 _CONFIRMATION = "saphan-launcher: landlock "
 
 
-def run_remote(
-    ctx: Context,
-    slot: Slot,
-    machine: Machine,
-    base: dict[str, Any],
-    argv: list[str],
-    *,
-    workdir: str | os.PathLike[str] | None,
-    repo: object,
-    holder: Holder,
-    boundary: str | None,
-    stream: bool,
-) -> RunRecord:
-    """The remote branch of :meth:`Engine.run`, after the cast."""
-    name = machine.name
-    if repo is not None:
-        raise UserError(
-            f"--repo makes a worktree on this machine; for SSH machine {name!r} give "
-            "--workdir /absolute/path/on/that/machine"
-        )
-    if boundary not in (None, "landlock"):
-        raise UserError(f"--boundary {boundary!r} is unknown; omit it or use `landlock`")
-    wd = os.fspath(workdir) if workdir is not None else ""
-    if not wd.startswith("/"):
-        raise UserError(
-            f"a run on SSH machine {name!r} needs --workdir with an absolute path on that "
-            f"machine (got {wd or 'none'})"
-        )
-    wd = posixpath.normpath(wd)
-    base.update({"workdir": wd, "argv": argv})
-    base["transport"] = {"kind": "ssh", "address": machine.address()}
-    from saphan.run.reserve import reserve
+class SshSite:
+    """One run on machine ``machine``, reached over SSH."""
 
-    ordinal = reserve(ctx, slot, base, wd, holder, remote=ctx.remote_liveness(machine))
-    base["session_ordinal"] = ordinal
-    return execute_remote(ctx, slot, machine, base, argv, wd, stream=stream)
+    kind = "ssh"
+
+    def __init__(self, ctx: Context, slot: Slot, machine: Machine, command: list[str], *,
+                 workdir: str, stream: bool = True) -> None:
+        self.ctx, self.slot, self.machine, self.command = ctx, slot, machine, command
+        self.workdir, self.stream = workdir, stream
+        self.far: _Far | None = None
+        self.policy_json = ""
+        self.seen: dict[str, Any] = {}
+        self.leave_live = False
+
+    @staticmethod
+    def far_workdir(machine: Machine, workdir: str | os.PathLike[str] | None) -> str:
+        """The far working directory: absolute on that machine, normalised."""
+        wd = os.fspath(workdir) if workdir is not None else ""
+        if not wd.startswith("/"):
+            raise UserError(
+                f"a run on SSH machine {machine.name!r} needs --workdir with an absolute path "
+                f"on that machine (got {wd or 'none'})"
+            )
+        return posixpath.normpath(wd)
+
+    # -- before the seat -----------------------------------------------------------
+    def inspect(self, base: dict[str, Any]) -> None:
+        """The gate on the machine's row, then the one preflight dial."""
+        base["transport"] = {"kind": "ssh", "address": self.machine.address()}
+        self.far = _inspect(self.ctx, self.slot, self.machine, base, self.command,
+                            self.workdir)
+
+    def liveness(self) -> RemoteCheck | None:
+        return self.ctx.remote_liveness(self.machine)
+
+    # -- after the seat ------------------------------------------------------------
+    def prepare(self, record: dict[str, Any]) -> None:
+        """The Policy from the preflight's answers, rendered for the launcher."""
+        from saphan.site import far as far_side
+
+        far, name, slot = self._far(), self.machine.name, self.slot
+        self.ctx.workspace.run_dir(record["id"]).mkdir(parents=True, exist_ok=True)
+        pf = far.pf
+        rwd = pf.get("workdir") or self.workdir
+        writable = [rwd]
+        notes: list[str] = []
+        if slot.tool == "claude":
+            if pf.get("session_dir") is not None:
+                leaf = far_side.verify_session_dir(name, pf)
+                writable.append(leaf)
+                notes.append(f"session directory {leaf} on {name} is writable: this run can be "
+                             "resumed")
+            else:
+                notes.append(
+                    f"this run cannot be resumed: the preflight on {name} could not resolve its "
+                    f"session directory ({pf.get('session_unresolved') or 'no answer'}), so no "
+                    "session directory was granted"
+                )
+        policy = Policy(
+            workdir=rwd,
+            writable_dirs=tuple(dict.fromkeys(writable)),
+            writable_literals=pf.devices,
+            scratch_dir=posixpath.join(rwd, ".saphan-run", "tmp"),
+            notes=tuple(notes),
+        )
+        self.policy_json = landlock.render(policy, agent_sha256=far.agent_sha)
+        record.update({
+            "enforced_by": {
+                "mechanism": "landlock", "version": f"abi {far.level}", "abi": far.level,
+                "machine": name, "executable": far.delivered["path"],
+                "executable_sha256": far.launcher_sha,
+                "launcher_version": pf.get("launcher_version"),
+                "policy_json": self.policy_json,
+            },
+            "policy": policy.as_record(),
+            "writable": policy.writable_set(),
+            "notes": [*policy.notes, NOT_RESTRICTED],
+        })
+
+    def start(self, record: dict[str, Any], end: RunEnd) -> None:
+        """The far script over the connection; output streams back live."""
+        from saphan.site import far as far_side
+
+        far, name, seen, run_id = self._far(), self.machine.name, self.seen, record["id"]
+        run_dir = self.ctx.workspace.run_dir(run_id)
+
+        def watch(raw: bytes) -> bool:
+            line = raw.decode(errors="replace")
+            if line.startswith(_HOLDER_LINE):
+                try:
+                    pid_s, ticks_s, boot = line[len(_HOLDER_LINE):].split()
+                    pid, ticks = int(pid_s), int(ticks_s)
+                except ValueError:
+                    return True  # not the far script's line: leave it in view
+                seen.update({"pid": pid, "start_ticks": ticks, "boot_id": boot})
+                self.ctx.store.set_holder(
+                    run_id, (far_side.holder_host(self.machine), pid, ticks, boot))
+                return False
+            if line.startswith(_LAUNCHER_MISMATCH):
+                seen["launcher_sha256_at_start"] = line[len(_LAUNCHER_MISMATCH):].strip()
+                return False
+            if line.startswith(_CONFIRMATION) and "confirmation" not in seen:
+                seen["confirmation"] = line
+            return True
+
+        script = run_script(
+            launcher=far.delivered["path"], launcher_sha256=far.launcher_sha,
+            policy_json=self.policy_json, argv=far.argv, run_id=run_id,
+        )
+        try:
+            finished = far.conn.stream(script, run_dir=str(run_dir), stream=self.stream,
+                                       on_stderr_line=watch)
+        except TransportError:
+            self.leave_live = "pid" in seen
+            raise
+        finally:
+            if seen:
+                record["far_process"] = {k: v for k, v in seen.items() if k != "confirmation"}
+            record["enforced_by"]["confirmation"] = seen.get("confirmation")
+            record["output"] = {"stdout": str(run_dir / "stdout.log"),
+                                "stderr": str(run_dir / "stderr.log")}
+        if "launcher_sha256_at_start" in seen:
+            raise Refusal(
+                "digest-mismatch",
+                f"the launcher at {far.delivered['path']} on {name} hashed to "
+                f"{seen['launcher_sha256_at_start']} as the run started, not the delivered "
+                f"{far.launcher_sha}; nothing was started",
+                f"deliver it again: `saphan machine deliver {name}`, then `saphan machine "
+                f"probe-confinement {name}`; investigate {name} if it recurs",
+            )
+        end.exited(finished.exit_code)
+
+    def interrupted(self, e: Interrupted) -> str:
+        return f"{e}: the far process on {self.machine.name} was hung up (SIGHUP)"
+
+    def settle(self, record: dict[str, Any], end: RunEnd) -> bool:
+        """True when the connection was lost while the far process ran: nothing
+        here can say whether it still runs, so its row stays live."""
+        if self.leave_live:
+            record["notes"] = [*record.get("notes", []), (
+                f"the connection to {self.machine.name} was lost at {now_iso()} while the far "
+                f"process (pid {self.seen.get('pid')}) ran; the seat stays held by it until "
+                "conflict handling finds it dead or `saphan runs finalize` ends it"
+            )]
+        return self.leave_live
+
+    def _far(self) -> _Far:
+        if self.far is None:
+            raise RuntimeError("SshSite.inspect() dials the far machine before the seat")
+        return self.far
 
 
 @dataclass
@@ -120,19 +237,19 @@ class _Far:
     agent_sha: str
 
 
-def _prepare(ctx: Context, slot: Slot, machine: Machine, base: dict[str, Any],
+def _inspect(ctx: Context, slot: Slot, machine: Machine, base: dict[str, Any],
              argv: list[str], wd: str) -> _Far:
     """The gate on the machine's row, then one dial: the far workdir, the
     launcher and the command, each checked. What was learned goes into
     ``base`` (the run's record), so a refusal's record carries it."""
-    from saphan import remote
+    from saphan.site import far as far_side
 
     name = machine.name
     level, value = gate_row(name, ctx.verified_fact(name, LANDLOCK_FACT))
     delivered = _delivered(ctx, name)
     conn = ctx.ssh(machine)
-    pf = remote.preflight(conn, workdir=wd, launcher_path=delivered["path"],
-                          tool=slot.tool, agent=argv[0])
+    pf = far_side.preflight(conn, workdir=wd, launcher_path=delivered["path"],
+                            tool=slot.tool, agent=argv[0])
     base["preflight"] = pf.as_record()
     if pf.get("workdir_missing") is not None:
         raise Refusal(
@@ -154,138 +271,8 @@ def _prepare(ctx: Context, slot: Slot, machine: Machine, base: dict[str, Any],
     return _Far(level, delivered, conn, pf, launcher_sha, argv, agent_sha)
 
 
-def execute_remote(
-    ctx: Context,
-    slot: Slot,
-    machine: Machine,
-    base: dict[str, Any],
-    argv: list[str],
-    wd: str,
-    *,
-    stream: bool = True,
-) -> RunRecord:
-    from saphan import remote
-
-    run_id = base["id"]
-    name = machine.name
-    record: dict[str, Any] = {**base, "started_at": now_iso(), "enforced_by": None}
-    end = RunEnd()
-    far: dict[str, Any] = {}
-    leave_live = False
-    discarded = False
-    try:
-        try:
-            prepared = _prepare(ctx, slot, machine, record, argv, wd)
-        except UserError:
-            # The far dial found the request bad (no such command there):
-            # nothing ran, so no row stays (and nothing is recorded).
-            discarded = True
-            recorder.discarded(ctx, run_id)
-            raise
-        run_dir = ctx.workspace.run_dir(run_id)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        level, delivered, conn, pf = (prepared.level, prepared.delivered, prepared.conn,
-                                      prepared.pf)
-        launcher_sha, argv, agent_sha = prepared.launcher_sha, prepared.argv, prepared.agent_sha
-        rwd = pf.get("workdir") or wd
-        writable = [rwd]
-        notes: list[str] = []
-        if slot.tool == "claude":
-            if pf.get("session_dir") is not None:
-                leaf = remote.verify_session_dir(name, pf)
-                writable.append(leaf)
-                notes.append(f"session directory {leaf} on {name} is writable: this run can be "
-                             "resumed")
-            else:
-                notes.append(
-                    f"this run cannot be resumed: the preflight on {name} could not resolve its "
-                    f"session directory ({pf.get('session_unresolved') or 'no answer'}), so no "
-                    "session directory was granted"
-                )
-        policy = Policy(
-            workdir=rwd,
-            writable_dirs=tuple(dict.fromkeys(writable)),
-            writable_literals=pf.devices,
-            scratch_dir=posixpath.join(rwd, ".saphan-run", "tmp"),
-            notes=tuple(notes),
-        )
-        policy_json = landlock.render(policy, agent_sha256=agent_sha)
-        record.update({
-            "enforced_by": {
-                "mechanism": "landlock", "version": f"abi {level}", "abi": level,
-                "machine": name, "executable": delivered["path"],
-                "executable_sha256": launcher_sha,
-                "launcher_version": pf.get("launcher_version"), "policy_json": policy_json,
-            },
-            "policy": policy.as_record(),
-            "writable": policy.writable_set(),
-            "notes": [*policy.notes, NOT_RESTRICTED],
-        })
-        recorder.running(ctx, record)
-
-        def watch(raw: bytes) -> bool:
-            line = raw.decode(errors="replace")
-            if line.startswith(_HOLDER_LINE):
-                try:
-                    pid_s, ticks_s, boot = line[len(_HOLDER_LINE):].split()
-                    pid, ticks = int(pid_s), int(ticks_s)
-                except ValueError:
-                    return True  # not the far script's line: leave it in view
-                far.update({"pid": pid, "start_ticks": ticks, "boot_id": boot})
-                ctx.store.set_holder(run_id, (remote.holder_host(machine), pid, ticks, boot))
-                return False
-            if line.startswith(_LAUNCHER_MISMATCH):
-                far["launcher_sha256_at_start"] = line[len(_LAUNCHER_MISMATCH):].strip()
-                return False
-            if line.startswith(_CONFIRMATION) and "confirmation" not in far:
-                far["confirmation"] = line
-            return True
-
-        script = run_script(
-            launcher=delivered["path"], launcher_sha256=launcher_sha, policy_json=policy_json,
-            argv=argv, run_id=run_id,
-        )
-        try:
-            finished = conn.stream(script, run_dir=str(run_dir), stream=stream,
-                                   on_stderr_line=watch)
-        except TransportError:
-            leave_live = "pid" in far
-            raise
-        finally:
-            if far:
-                record["far_process"] = {k: v for k, v in far.items() if k != "confirmation"}
-            record["enforced_by"]["confirmation"] = far.get("confirmation")
-            record["output"] = {"stdout": str(run_dir / "stdout.log"),
-                                "stderr": str(run_dir / "stderr.log")}
-        if "launcher_sha256_at_start" in far:
-            raise Refusal(
-                "digest-mismatch",
-                f"the launcher at {delivered['path']} on {name} hashed to "
-                f"{far['launcher_sha256_at_start']} as the run started, not the delivered "
-                f"{launcher_sha}; nothing was started",
-                f"deliver it again: `saphan machine deliver {name}`, then `saphan machine "
-                f"probe-confinement {name}`; investigate {name} if it recurs",
-            )
-        end.exited(finished.exit_code)
-    except BaseException as e:
-        end.absorb(e, record,
-                   lambda intr: f"{intr}: the far process on {name} was hung up (SIGHUP)")
-        raise
-    finally:
-        if leave_live:
-            record["notes"] = [*record.get("notes", []), (
-                f"the connection to {name} was lost at {now_iso()} while the far process "
-                f"(pid {far.get('pid')}) ran; the seat stays held by it until conflict handling "
-                "finds it dead or `saphan runs finalize` ends it"
-            )]
-            recorder.still_running(ctx, record)
-        elif not discarded:
-            recorder.finished(ctx, record, end)
-    return ctx.run_record(run_id)
-
-
 def _delivered(ctx: Context, name: str) -> dict[str, Any]:
-    from saphan.remote import FACT_KIND
+    from saphan.site.far import FACT_KIND
 
     fact = ctx.verified_fact(name, FACT_KIND)
     if fact is None:

@@ -1,17 +1,26 @@
-"""Compose, dispatch and record a reserved local run; always finalise its row.
+"""The local site: a run on this host.
 
-The row is finalised whatever happens after the reservation: a normal exit,
-a refusal at composition, Ctrl-C or SIGTERM to saphan (forwarded to the
-child first), or an unexpected error. Only SIGKILL leaves a live row, and the
-next conflict handling on the slot recovers it (capacity.py).
+Before the seat (``inspect``): the working directory exists (or the
+repository a worktree will be made from resolves), lies apart from every
+workspace, and the tool's adapter is prepared (tools/registry.py). After it:
+``prepare`` composes the boundary from the one derived Policy (bubblewrap,
+Seatbelt, the local Landlock boundary, or the tool's own sandbox), ``start``
+runs it and collects what the run left, ``settle`` releases what the run held
+and settles a --repo worktree. The pipeline (run/pipeline.py) finalises the
+row whatever happens: a normal exit, a refusal at composition, Ctrl-C or
+SIGTERM to saphan (forwarded to the child first), an unexpected error. Only
+SIGKILL leaves a live row, and the next conflict handling on the slot
+recovers it (capacity.py).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from saphan.confine import environment, nofollow, protected
@@ -23,19 +32,21 @@ from saphan.confine.grants import (
     verify_linked_worktree,
 )
 from saphan.confine.policy import Policy
-from saphan.errors import NotGrantable, PlantedLink
+from saphan.errors import Interrupted, NotGrantable, PlantedLink, UserError
 from saphan.refusals import CLASSES, Refusal
-from saphan.run import record as recorder
-from saphan.run.record import RunEnd
+from saphan.run import request as requests
+from saphan.run.end import RunEnd
 from saphan.store.rows import Slot
-from saphan.timefmt import now_iso
+from saphan.tools import AGENT_TOOLS
 from saphan.tools.binaries import check_pin
 from saphan.transport import local
 
 if TYPE_CHECKING:
     from saphan.context import Context
-    from saphan.records import RunRecord
-    from saphan.tools.adapter import Adapter
+    from saphan.liveness import RemoteCheck
+    from saphan.tools.adapter import Adapter, CommandAdapter
+    from saphan.tools.launch import Request as AgentRequest
+    from saphan.transport.local import Finished
     from saphan.worktrees import RepoSpec
 
 #: What each mechanism does not restrict, written into every record it enforces.
@@ -57,43 +68,89 @@ NOT_RESTRICTED = {
 }
 
 
-def execute_local(
-    ctx: Context,
-    slot: Slot,
-    base: dict[str, Any],
-    wd: str,
-    *,
-    stream: bool = True,
-    boundary_choice: str | None = None,
-    repo: RepoSpec | None = None,
-    keep_worktree: bool = True,
-    adapter: Adapter,
-) -> RunRecord:
-    """``adapter`` (one per tool, tools/registry.py; a command slot's is
-    tools.adapter.CommandAdapter) composes ``argv`` from the derived policy
-    and may confine itself; the argv guard then checks the final command line
-    right before launch."""
-    ws = ctx.workspace
-    run_id = base["id"]
-    record: dict[str, Any] = {**base, "started_at": now_iso(), "enforced_by": None}
-    end = RunEnd()
-    was_dumpable = False
-    wt_git_dir: str | None = None
-    allowed: tuple[str, ...] = ()
-    boundary: Boundary | None = None
-    extra_protected: tuple[str, ...] = ()
-    try:
-        agent = base.get("agent") or {}
+class LocalSite:
+    """One run on this host. ``repo`` makes a detached worktree at ``workdir``
+    (a path under the workspace) from that repository; ``request`` carries an
+    agent slot's task (or a command slot's permission class)."""
+
+    kind = "local"
+
+    def __init__(self, ctx: Context, slot: Slot, command: list[str], *, workdir: str,
+                 mode: str, stream: bool = True, boundary: str | None = None,
+                 repo: str | os.PathLike[str] | None = None, base_ref: str | None = None,
+                 keep_worktree: bool = True, request: AgentRequest | None = None) -> None:
+        self.ctx, self.slot, self.command = ctx, slot, command
+        self.workdir, self.mode, self.stream = workdir, mode, stream
+        self.boundary_choice, self.repo_arg, self.base_ref = boundary, repo, base_ref
+        self.keep_worktree, self.request = keep_worktree, request
+        self.adapter: Adapter | None = None
+        self.repo: RepoSpec | None = None
+        # what prepare() makes and settle() releases
+        self.boundary: Boundary | None = None
+        self.was_dumpable = False
+        self.wt_git_dir: str | None = None
+        self.linked: LinkedWorktree | None = None
+        self.allowed: tuple[str, ...] = ()
+        self.extra_protected: tuple[str, ...] = ()
+        self.before: Any = None
+        self.argv: list[str] = []
+        self.env: dict[str, str] = {}
+        self.secret: bytes | None = None
+        self.run_dir = Path()
+        self.out_dir = Path()
+
+    # -- before the seat -----------------------------------------------------------
+    def inspect(self, base: dict[str, Any]) -> None:
+        """The working directory (or the repository), and the tool's adapter."""
+        ctx, wd = self.ctx, self.workdir
+        if self.repo_arg is not None:
+            from saphan import worktrees
+
+            self.repo = worktrees.resolve_repo(os.fspath(self.repo_arg), self.base_ref)
+        if self.repo is None and not os.path.isdir(wd):
+            raise Refusal(
+                "workdir-missing",
+                f"the working directory {wd} does not exist on {self.slot.machine}",
+                f"create it (`mkdir -p {wd}`) or pass an existing --workdir",
+            )
+        requests.check_workdir_apart(ctx, wd)
+        run_id = base["id"]
+        if self.request is not None and self.slot.tool in AGENT_TOOLS:
+            from saphan.tools.launch import prepare
+
+            adapter: Adapter = prepare(ctx, self.slot.tool, self.request, workdir=wd,
+                                       run_id=run_id, confinement=self.mode,
+                                       run_dir=ctx.workspace.run_dir(run_id))
+            base["agent"] = adapter.binary.as_record()
+        else:
+            command = _command_adapter(self.request, self.command, wd, run_id, self.mode)
+            adapter = command
+            base["agent"] = {"path": command.binary.path, "sha256": command.binary.sha256}
+            base["argv"] = list(command.command)
+        self.adapter = adapter
+
+    def liveness(self) -> RemoteCheck | None:
+        return None  # a holder here is read from this host's /proc
+
+    # -- after the seat ------------------------------------------------------------
+    def prepare(self, record: dict[str, Any]) -> None:
+        """Compose: the derived Policy, rendered by the chosen boundary; the
+        adapter's argv (checked by its guard) and environment."""
+        ctx, slot, wd, adapter = self.ctx, self.slot, self.workdir, self._adapter()
+        ws = ctx.workspace
+        run_id = record["id"]
+        agent = record.get("agent") or {}
         if slot.agent_sha256 is not None:
             record["agent"] = {**agent, "pinned_sha256": slot.agent_sha256}
             # Before anything is made for the run: a pinned slot runs only that binary.
             check_pin(slot.machine, slot.name, slot.agent_sha256, str(agent.get("path")),
                       str(agent.get("sha256")))
-        run_dir = ws.run_dir(run_id)
-        out_dir = run_dir / "out"
+        self.run_dir = run_dir = ws.run_dir(run_id)
+        self.out_dir = out_dir = run_dir / "out"
         out_dir.mkdir(parents=True, exist_ok=True)
         pc = adapter.instruction.permission_class
-        allowed = pc.writable_protected if pc is not None else ()
+        self.allowed = allowed = pc.writable_protected if pc is not None else ()
+        repo = self.repo
         if repo is not None:
             from saphan import worktrees
 
@@ -101,12 +158,12 @@ def execute_local(
             branch = worktrees.create(repo, wd, run_id)
             record["worktree"] = {"repo": repo.toplevel, "path": wd, "branch": branch,
                                   "base": repo.base, "base_ref": repo.base_ref}
-            linked = _verified_worktree(wd, repo.common_dir)
-            wt_git_dir = linked.git_dir
+            self.linked = linked = _verified_worktree(wd, repo.common_dir)
+            self.wt_git_dir = linked.git_dir
             exclude_note = worktrees.ignore_scratch(repo.common_dir)
             hooks = worktrees.tree_hooks_dir(repo)
             if hooks is not None and hooks not in protected.NAMES:
-                extra_protected = (hooks,)
+                self.extra_protected = (hooks,)
         else:
             linked = None
             exclude_note = None
@@ -114,7 +171,7 @@ def execute_local(
                 from saphan import worktrees
 
                 exclude_note = worktrees.ignore_scratch(os.path.join(wd, ".git"))
-        before = protected.snapshot(wd, extra_protected)
+        self.before = protected.snapshot(wd, self.extra_protected)
         policy = derive(
             wd,
             return_path=str(out_dir),
@@ -122,7 +179,7 @@ def execute_local(
             read_denials=(str(ws.key_path), str(ws.config_path), *_identity_files(ctx),
                           *adapter.read_denials()),
             hidden_dirs=_hidden_workspaces(ws.home),
-            readonly_paths=(*protected.carve_outs(wd, allowed, extra_protected),
+            readonly_paths=(*protected.carve_outs(wd, allowed, self.extra_protected),
                             *adapter.exposed_paths()),
             worktree=linked,
         )
@@ -135,14 +192,15 @@ def execute_local(
             via = (f"the working directory {wd} resolves through a symbolic link to "
                    f"{policy.workdir}; that directory is what this run may write")
             policy = replace(policy, notes=(*policy.notes, via))
-            _warn(stream, via)
+            _warn(self.stream, via)
         vendor = adapter.vendor_boundary(policy)
         if vendor is not None:
             boundary = vendor
-        elif boundary_choice == "landlock":
+        elif self.boundary_choice == "landlock":
             boundary = _compose_landlock(ctx, slot.machine, policy, adapter.binary.sha256)
         else:
             boundary = compose_local(policy, run_dir=str(run_dir))
+        self.boundary = boundary
         _make_run_dirs(policy, objects=linked is not None)
         argv = adapter.argv(policy)
         record.update(
@@ -157,33 +215,41 @@ def execute_local(
             }
         )
         record.update({"argv": argv, **adapter.record(policy)})
-        adapter.guard([*boundary.prefix, *argv])
+        self.argv = [*boundary.prefix, *argv]
+        adapter.guard(self.argv)
         built = environment.build(
             os.environ,
             allow=adapter.env_allowed(),
             set_vars={"TMPDIR": policy.scratch_dir, "SAPHAN_RUN_ID": run_id,
                       "SAPHAN_RETURN_PATH": str(out_dir), **dict(policy.setenv)},
         )
-        env = built.env
         record["environment"] = {"passed": list(built.passed), "set": list(built.set)}
-        env = adapter.environment(env)
-        secret = adapter.stdin_bytes()
-        if secret is not None:
+        self.env = adapter.environment(built.env)
+        self.secret = adapter.stdin_bytes()
+
+    def start(self, record: dict[str, Any], end: RunEnd) -> None:
+        """Run it; every process of the run is gone when this returns."""
+        adapter, boundary, wd = self._adapter(), self._boundary(), self.workdir
+        if self.secret is not None:
             # This process holds the key (and maybe the operator's export of
             # it): while the run lasts, no same-user process may read its
             # memory or environ. Restored when the run ends.
-            was_dumpable = local.set_dumpable(False)
+            self.was_dumpable = local.set_dumpable(False)
         limit = adapter.time_limit()
-        recorder.running(ctx, record)
         finished = local.run(
-            [*boundary.prefix, *argv], cwd=wd, run_dir=str(run_dir), env=env,
-            stream=stream, stdin_path=adapter.stdin_path,
-            stdin_bytes=secret, time_limit=limit, status_fd=boundary.status_fd,
+            self.argv, cwd=wd, run_dir=str(self.run_dir), env=self.env,
+            stream=self.stream, stdin_path=adapter.stdin_path,
+            stdin_bytes=self.secret, time_limit=limit, status_fd=boundary.status_fd,
             pass_fds=boundary.fds,
         )
         # Every process of the run is gone here (its PID namespace ended with
         # it, or the launcher reaped what was left): only now is it recorded.
         end.exited(finished.exit_code)
+        self._collect(finished, record, end, limit)
+
+    def _collect(self, finished: Finished, record: dict[str, Any], end: RunEnd,
+                 limit: float | None) -> None:
+        adapter, boundary, wd = self._adapter(), self._boundary(), self.workdir
         record["output"] = {"stdout": finished.stdout_path, "stderr": finished.stderr_path}
         if finished.status_path is not None:
             record["output"]["status"] = finished.status_path
@@ -194,40 +260,81 @@ def execute_local(
         if finished.killed_at_limit:
             end.outcome = "time-limit-killed"
             record["notes"] = [*record["notes"], (
-                f"the engine killed the run at its time limit ({limit:.0f} s): the tool had "
-                "not ended within its own budget")]
+                f"the engine killed the run at its time limit ({limit or 0:.0f} s): the tool "
+                "had not ended within its own budget")]
         try:
-            changes = protected.changes(before, protected.snapshot(wd, extra_protected))
+            changes = protected.changes(self.before,
+                                        protected.snapshot(wd, self.extra_protected))
         except (OSError, RecursionError, ValueError) as e:
             changes = [{"name": "(protected files)", "what": "unverified",
                         "detail": f"the snapshot after the run failed: {e}"}]
-        if linked is not None:
+        if self.linked is not None:
             # A checkout holds no nested repository: one the run made would run
             # its own config for whoever later works in that directory.
             changes += [{"name": n, "what": "nested-git"} for n in _nested_git(wd)]
         if changes:
             record["protected_changes"] = changes
-            _warn(stream, "this run changed files other tools load or execute: "
+            _warn(self.stream, "this run changed files other tools load or execute: "
                   + protected.summarize(changes))
-    except BaseException as e:
-        end.absorb(e, record)
-        raise
-    finally:
-        if boundary is not None:
-            boundary.close()
-        if was_dumpable:
+
+    def interrupted(self, e: Interrupted) -> str:
+        return str(e)
+
+    def settle(self, record: dict[str, Any], end: RunEnd) -> bool:
+        """Close the boundary's descriptors, restore dumpability, settle the
+        worktree. A local run's row never stays live past this."""
+        if self.boundary is not None:
+            self.boundary.close()
+        if self.was_dumpable:
             local.set_dumpable(True)
+        repo = self.repo
         if repo is not None and "worktree" in record:
             try:
-                _settle_worktree(record["worktree"], repo, wd, keep_worktree,
-                                 git_dir=wt_git_dir, run_dir=str(ws.run_dir(run_id)),
-                                 run_id=run_id, allowed=allowed, extra=extra_protected,
-                                 stream=stream)
+                _settle_worktree(record["worktree"], repo, self.workdir, self.keep_worktree,
+                                 git_dir=self.wt_git_dir, run_dir=str(self.run_dir),
+                                 run_id=record["id"], allowed=self.allowed,
+                                 extra=self.extra_protected, stream=self.stream)
             except Exception as e:  # the row is finalised whatever happened here
                 record["worktree"]["settle_error"] = f"{type(e).__name__}: {e}"
-                _warn(stream, f"the run's worktree could not be settled: {e}")
-        recorder.finished(ctx, record, end)
-    return ctx.run_record(run_id)
+                _warn(self.stream, f"the run's worktree could not be settled: {e}")
+        return False
+
+    def _boundary(self) -> Boundary:
+        if self.boundary is None:
+            raise RuntimeError("LocalSite.prepare() composes the boundary before the start")
+        return self.boundary
+
+    def _adapter(self) -> Adapter:
+        if self.adapter is None:
+            raise RuntimeError("LocalSite.inspect() prepares the adapter before the seat")
+        return self.adapter
+
+
+def _command_adapter(request: AgentRequest | None, command: list[str], wd: str,
+                     run_id: str, mode: str) -> CommandAdapter:
+    """A command slot's adapter: argv[0] resolved and digested, its permission
+    class (if any) loaded and checked — all before the seat."""
+    from saphan import _native
+    from saphan.tools.adapter import CommandAdapter
+    from saphan.tools.binaries import AgentBinary
+    from saphan.tools.instruction import Instruction
+
+    pc = None
+    if request is not None and request.permission_class is not None:
+        pc = requests.command_class(request.permission_class, command[0])
+    path = _resolve_command(command[0])
+    return CommandAdapter(
+        AgentBinary("command", path, _native.sha256_file(path), ""),
+        Instruction(prompt_path="", workdir=os.path.realpath(wd), permission_class=pc),
+        mode, run_id, command=(path, *command[1:]),
+    )
+
+
+def _resolve_command(argv0: str) -> str:
+    resolved = shutil.which(argv0, path=os.environ.get("PATH"))
+    if resolved is None:
+        raise UserError(f"command {argv0!r} not found on PATH; give its absolute path")
+    return os.path.abspath(resolved)
 
 
 def _compose_landlock(ctx: Context, machine: str, policy: Policy, agent_sha256: str) -> Boundary:
