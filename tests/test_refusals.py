@@ -36,8 +36,11 @@ def test_refusal_class_is_closed() -> None:
 def test_reserved_markers_match_the_code() -> None:
     """A class the docs call reserved is raised nowhere; every other class is raised."""
     root = DOCS.parent.parent
-    sources = [p.read_text() for p in (root / "python" / "saphan").rglob("*.py")
-               if p.name != "refusal_table.py"]
+    # Python raises a class through its named constructor (refusals.py).
+    sources = [re.sub(r"\brefusals\.([a-z_]+)\(", lambda m: '"' + m.group(1).replace("_", "-") + '"',
+                      p.read_text())
+               for p in (root / "python" / "saphan").rglob("*.py")
+               if p.name not in ("refusal_table.py", "refusals.py")]
     # rust/core/src/refusal.rs is Rust's copy of the table (as refusals.py is
     # Python's); elsewhere Rust names a class by its `RefusalClass::Variant`.
     table = root / "rust" / "core" / "src" / "refusal.rs"
@@ -51,3 +54,29 @@ def test_reserved_markers_match_the_code() -> None:
         raised = f'"{cls}"' in code
         reserved = "in this build: reserved" in row
         assert raised != reserved, (cls, "raised" if raised else "never raised", row)
+
+
+def test_each_class_has_its_named_constructor_and_nothing_else_builds_a_refusal() -> None:
+    """One constructor per row of the table (refusals.workdir_unsafe, ...),
+    and every refusal in the package is built by one of them (a class read
+    from another program's output goes through refusals.of_class)."""
+    import ast
+    from pathlib import Path
+
+    from saphan import refusals
+
+    for cls in CLASSES:
+        made = getattr(refusals, cls.replace("-", "_"))("m", "r")
+        assert (made.cls, made.message, made.remediation) == (cls, "m", "r")
+    with pytest.raises(ValueError):
+        refusals.of_class("not-a-class", "m", "r")
+    pkg = Path(refusals.__file__).parent
+    direct = []
+    for path in pkg.rglob("*.py"):
+        if path.name in ("errors.py", "refusals.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id == "Refusal":
+                direct.append(f"{path.relative_to(pkg)}:{node.lineno}")
+    assert not direct, direct

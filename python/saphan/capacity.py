@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from saphan import refusals
 from saphan.liveness import Holder, Liveness, RemoteCheck, check
-from saphan.refusals import Refusal
 from saphan.store import Store
 from saphan.store.rows import RunRow, Slot
 
@@ -84,8 +84,7 @@ def reserve_seat(
         (r, tested[r.id] if r.id in tested else holder_liveness(r, remote))
         for r in store.live_runs(slot.machine, slot.name)
     ]
-    raise Refusal(
-        "seat-full",
+    raise refusals.seat_full(
         seat_full_message(slot, holding),
         f"wait for a holder to finish, raise the capacity with `saphan slot set "
         f"{slot.machine} {slot.name} --max-sessions N`, or end a stuck run with "

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from saphan import refusals
 from saphan.errors import UserError
-from saphan.refusals import Refusal
 
 CONFINEMENT_MODES = ("engine", "vendor")
 
@@ -107,8 +107,7 @@ def load(path: Path) -> Config:
 def confinement_mode(config: Config) -> str:
     """run.confinement, or the refusal. Every run calls this first."""
     if config.confinement not in CONFINEMENT_MODES:
-        raise Refusal(
-            "confinement-setting-invalid",
+        raise refusals.confinement_setting_invalid(
             f"run.confinement is {config.confinement!r} in {config.path}; "
             "it accepts exactly \"engine\" or \"vendor\"",
             f'edit {config.path}: set confinement = "engine" under [run] '

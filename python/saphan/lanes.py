@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from saphan import refusals
 from saphan.errors import UserError
-from saphan.refusals import Refusal
 
 MAX_CREDENTIAL_BYTES = 4096
 MAX_LANES_FILE_BYTES = 1 << 20
@@ -87,7 +87,7 @@ def load(file: Path) -> dict[str, Lane]:
         return {}
     except _native.KeyCustodyError as e:
         message, fix = e.args
-        raise Refusal("custody-key-unsafe", f"{message} (it names where lane keys are sent)",
+        raise refusals.custody_key_unsafe(f"{message} (it names where lane keys are sent)",
                       fix) from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
@@ -152,8 +152,8 @@ def read_credential(lane: Lane) -> bytes:
         raw = _native.read_secret_file(lane.credential_file, MAX_CREDENTIAL_BYTES)
     except _native.KeyCustodyError as e:
         message, fix = e.args
-        raise Refusal(
-            "custody-key-unsafe", f"lane {lane.name}: {message}",
+        raise refusals.custody_key_unsafe(
+            f"lane {lane.name}: {message}",
             f"{fix}; then `saphan lane check {lane.name}`",
         ) from None
     except FileNotFoundError:
@@ -161,8 +161,7 @@ def read_credential(lane: Lane) -> bytes:
                         f"re-add the lane with `saphan lane add {lane.name} --credential-file "
                         "PATH`") from None
     except PermissionError as e:
-        raise Refusal(
-            "custody-key-unsafe",
+        raise refusals.custody_key_unsafe(
             f"{where} cannot be opened by uid {os.geteuid()} ({e.strerror})",
             "the credential file must belong to the account that runs saphan",
         ) from None

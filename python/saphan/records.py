@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from saphan.refusals import Refusal
+from saphan import refusals
 from saphan.store.rows import Fact, RunRow
 
 #: The field of a run record that carries its signature (hex HMAC-SHA256).
@@ -277,8 +277,7 @@ def verify_fact(key: bytes, fact: Fact) -> dict[str, Any]:
     """The fact's value, or the refusal when its signature does not verify."""
     want = _mac(key, _payload(fact.machine, fact.kind, fact.value_json, fact.measured_at))
     if not _same(want, fact.signature):
-        raise Refusal(
-            "record-signature-invalid",
+        raise refusals.record_signature_invalid(
             f"the {fact.kind} row of machine {fact.machine} (measured {fact.measured_at}) "
             "does not verify against this workspace's record key: it was edited, or "
             "written under another key",

@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from saphan import refusals
 from saphan.errors import PlantedLink
-from saphan.refusals import Refusal
 
 KEY_LENGTH = 32
 
@@ -117,8 +117,7 @@ class Workspace:
         try:
             return _native.read_key_file(str(self.key_path), KEY_LENGTH)
         except _native.KeyCustodyError as e:
-            raise Refusal(
-                "custody-key-unsafe",
+            raise refusals.custody_key_unsafe(
                 e.args[0],
                 f"the key must be a regular file owned by you, mode 0600, exactly "
                 f"{KEY_LENGTH} bytes: `chown $(id -u) {self.key_path} && "
@@ -126,15 +125,13 @@ class Workspace:
                 "(machine rows signed with another key will not verify)",
             ) from None
         except PermissionError as e:
-            raise Refusal(
-                "custody-key-unsafe",
+            raise refusals.custody_key_unsafe(
                 f"{self.key_path} cannot be opened by uid {os.geteuid()} ({e.strerror}); "
                 "the record key must belong to the account that runs saphan",
                 f"run saphan as the key's owner, or `chown $(id -u) {self.key_path}`",
             ) from None
         except FileNotFoundError:
-            raise Refusal(
-                "custody-key-unsafe",
+            raise refusals.custody_key_unsafe(
                 f"{self.key_path} does not exist",
                 "run `saphan init` (it creates the key and never overwrites one)",
             ) from None

@@ -16,9 +16,9 @@ import subprocess
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from saphan import refusals
 from saphan.confine import bwrap, landlock, seatbelt
 from saphan.confine.policy import Policy
-from saphan.refusals import Refusal
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,7 @@ def compose_local(policy: Policy, *, run_dir: str) -> Boundary:
         return _bubblewrap(policy)
     if system == "Darwin":
         return _seatbelt(policy, run_dir)
-    raise Refusal(
-        "confinement-unavailable",
+    raise refusals.confinement_unavailable(
         f"this control plane runs on {system or 'an unrecognised OS'}, where saphan "
         "has no write boundary",
         "run saphan's control plane on Linux (bubblewrap) or macOS (Seatbelt)",
@@ -87,8 +86,7 @@ def _usable_bwrap() -> _Bwrap:
 
     exe = find_bwrap()
     if exe is None:
-        raise Refusal(
-            "confinement-unavailable",
+        raise refusals.confinement_unavailable(
             "bubblewrap (bwrap) is not installed on this control plane with safe custody in "
             f"{', '.join(trusted.TRUSTED_DIRS)}, so no write boundary can be composed (saphan "
             "never takes it from PATH, where a run could have planted one)",
@@ -105,14 +103,12 @@ def _usable_bwrap() -> _Bwrap:
             capture_output=True, text=True, timeout=30, check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise Refusal(
-            "confinement-unavailable",
+        raise refusals.confinement_unavailable(
             f"{exe} could not be started: {e}",
             "reinstall bubblewrap and check that `bwrap --ro-bind / / -- true` succeeds",
         ) from None
     if trial.returncode != 0:
-        raise Refusal(
-            "confinement-unavailable",
+        raise refusals.confinement_unavailable(
             f"{exe} cannot create a sandbox on this host: {trial.stderr.strip()}",
             "enable unprivileged user namespaces (`sysctl kernel.unprivileged_userns_clone=1`, "
             "or on Ubuntu allow bwrap in AppArmor), then check that "
@@ -144,8 +140,7 @@ def _reaper() -> _Reaper:
 
     path = launcher.path()
     if path is None:
-        raise Refusal(
-            "confinement-unavailable",
+        raise refusals.confinement_unavailable(
             "saphan-launcher is not installed with this saphan, so no run can be reaped "
             "(every process of a run ends with it) or confined by Landlock",
             "reinstall saphan (ci/setup builds and packages the launcher): "
@@ -156,15 +151,13 @@ def _reaper() -> _Reaper:
     try:
         found = _native.check_binary_custody(path)
     except OSError as e:
-        raise Refusal(
-            "custody-binary-unsafe",
+        raise refusals.custody_binary_unsafe(
             f"saphan-launcher (the jail's reaper): the custody of {path} cannot be "
             f"measured ({e})",
             f"reinstall saphan; {shape}",
         ) from None
     if found is not None:
-        raise Refusal(
-            "custody-binary-unsafe",
+        raise refusals.custody_binary_unsafe(
             f"saphan-launcher (the jail's reaper): {found['message']}",
             f"{found['remediation']}; {shape}",
         )
@@ -186,8 +179,7 @@ def grant_fds(dirs: tuple[str, ...]) -> dict[str, int]:
             try:
                 raw = _native.open_grant_dir(d)
             except ValueError as e:
-                raise Refusal(
-                    "workdir-unsafe",
+                raise refusals.workdir_unsafe(
                     f"{e} (it passed when the run's policy was derived: something changed it "
                     "since — a concurrent run in an enclosing directory?)",
                     f"look at {d}; run again once nothing else writes there",
@@ -279,8 +271,7 @@ def _seatbelt(policy: Policy, run_dir: str) -> Boundary:
 
     exe = "/usr/bin/sandbox-exec"
     if not os.path.exists(exe):
-        raise Refusal(
-            "confinement-unavailable",
+        raise refusals.confinement_unavailable(
             f"{exe} is missing on this macOS host",
             "restore the system's sandbox-exec (it ships with macOS); saphan never runs "
             "an agent unconfined",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from saphan.refusals import Refusal
+from saphan import refusals
 
 FACT_KIND = "landlock"
 
@@ -49,8 +49,7 @@ def gate(machine: str, fact: dict[str, Any] | None, measured_at: str | None = No
     """The measured level to confine with, or the refusal. ``fact`` is verified."""
     probe = f"saphan machine probe-confinement {machine}"
     if fact is None:
-        raise Refusal(
-            "landlock-unprobed",
+        raise refusals.landlock_unprobed(
             f"machine {machine} has no measured Landlock level: it was never probed, so "
             "nothing says its kernel can confine a run",
             f"measure it: `{probe}`",
@@ -58,24 +57,21 @@ def gate(machine: str, fact: dict[str, Any] | None, measured_at: str | None = No
     level = int(fact["level"])
     when = f" (measured {measured_at} with saphan-launcher {fact.get('launcher_version')})"
     if level == 0:
-        raise Refusal(
-            "landlock-incapable",
+        raise refusals.landlock_incapable(
             f"machine {machine} measured Landlock level 0 ({fact.get('reason')}; kernel "
             f"{fact.get('kernel_release')}){when}",
             "enable Landlock in that kernel (CONFIG_SECURITY_LANDLOCK=y and `landlock` in the "
             f"lsm= boot parameter; a container may hide it), then `{probe}`",
         )
     if level < floor():
-        raise Refusal(
-            "landlock-below-floor",
+        raise refusals.landlock_below_floor(
             f"machine {machine} measured Landlock level {level}, below the floor of {floor()} "
             f"(truncation is not covered below it; kernel {fact.get('kernel_release')}){when}",
             f"upgrade that kernel to one with Landlock ABI >= {floor()} (Linux 6.2 or later), "
             f"then `{probe}`",
         )
     if level > highest_known():
-        raise Refusal(
-            "landlock-level-unknown",
+        raise refusals.landlock_level_unknown(
             f"machine {machine}'s row claims Landlock level {level}, above the highest this "
             f"engine knows ({highest_known()}); the claim is not believed{when}",
             f"upgrade saphan (and deliver its launcher), then `{probe}`",

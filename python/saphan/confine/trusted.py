@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from saphan.refusals import Refusal
+from saphan import refusals
 
 #: where system packages install bubblewrap and git; nothing a run can write
 TRUSTED_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin")
@@ -55,8 +55,7 @@ def require(name: str, package: str, purpose: str) -> str:
     """``name`` from the trusted directories, or the refusal naming them."""
     path = find(name)
     if path is None:
-        raise Refusal(
-            "confinement-unavailable",
+        raise refusals.confinement_unavailable(
             f"no `{name}` with safe custody in {', '.join(TRUSTED_DIRS)} ({purpose}); saphan "
             "never takes it from PATH, where a run could have planted one",
             f"install it from the system's packages (`apt-get install {package}`), owned by "

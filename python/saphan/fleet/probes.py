@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from saphan import refusals
 from saphan.context import Context
 from saphan.errors import UserError
-from saphan.refusals import Refusal
 from saphan.timefmt import now_iso
 
 
@@ -86,8 +86,7 @@ def probe_value(name: str, transport: str, stdout: str, stderr: str, code: int) 
 def check_probed_launcher(name: str, value: dict[str, Any], delivered: dict[str, Any]) -> None:
     """The launcher that measured must be the one delivered."""
     if value["launcher_sha256"] != delivered["sha256"]:
-        raise Refusal(
-            "digest-mismatch",
+        raise refusals.digest_mismatch(
             f"the launcher that probed {name} reports sha256 {value['launcher_sha256']}, but "
             f"sha256 {delivered['sha256']} was delivered to {delivered['path']}; no level was "
             "recorded",

@@ -28,9 +28,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from saphan import refusals
 from saphan.errors import TransportError
 from saphan.liveness import Holder, Liveness
-from saphan.refusals import Refusal
 from saphan.store.rows import Machine
 from saphan.tools.session_key import session_key
 from saphan.transport.ssh import SSHConnection
@@ -144,8 +144,7 @@ def deliver(conn: SSHConnection, data: bytes, *, sha256: str, version: str,
         )
     if got["sha256"] != sha256:
         conn.run(_DISCARD.format(temp=_q(temp), dir=LAUNCHER_DIR, name=LAUNCHER_NAME))
-        raise Refusal(
-            "digest-mismatch",
+        raise refusals.digest_mismatch(
             f"the launcher uploaded to {name} measures sha256 {got['sha256']} there (its own "
             f"sha256sum), but the launcher sent is sha256 {sha256}; the upload was removed, "
             f"nothing was installed, and {kept}",
@@ -164,8 +163,7 @@ def deliver(conn: SSHConnection, data: bytes, *, sha256: str, version: str,
             f"{inst.err or 'no output'}"
         )
     if res.get("sha256") != sha256 or res.get("version") != version:
-        raise Refusal(
-            "digest-mismatch",
+        raise refusals.digest_mismatch(
             f"after installing, the launcher at {res['path']} on {name} re-resolves to sha256 "
             f"{res.get('sha256')} and version {res.get('version')!r}, but sha256 {sha256} "
             f"version {version!r} was delivered; it was rolled back, and {kept}",
@@ -325,8 +323,7 @@ def verify_session_dir(machine: str, pf: Preflight) -> str:
     if posixpath.basename(posixpath.dirname(reported)) != "projects":
         problems.append("its parent is not a `projects` directory")
     if problems:
-        raise Refusal(
-            "session-dir-foreign",
+        raise refusals.session_dir_foreign(
             f"the preflight on {machine} reported {reported!r} as this run's session directory, "
             f"but it is not this run's own leaf ({'; '.join(problems)})",
             f"check the seat's configuration home on {machine} (CLAUDE_CONFIG_DIR or "

@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from saphan import refusals
 from saphan.confine import environment, nofollow, protected
 from saphan.confine.compose import Boundary, compose_landlock_local, compose_local
 from saphan.confine.grants import (
@@ -33,7 +34,7 @@ from saphan.confine.grants import (
 )
 from saphan.confine.policy import Policy
 from saphan.errors import Interrupted, NotGrantable, PlantedLink, UserError
-from saphan.refusals import CLASSES, Refusal
+from saphan.refusals import CLASSES
 from saphan.run import request as requests
 from saphan.run.end import RunEnd
 from saphan.store.rows import Slot
@@ -108,8 +109,7 @@ class LocalSite:
 
             self.repo = worktrees.resolve_repo(os.fspath(self.repo_arg), self.base_ref)
         if self.repo is None and not os.path.isdir(wd):
-            raise Refusal(
-                "workdir-missing",
+            raise refusals.workdir_missing(
                 f"the working directory {wd} does not exist on {self.slot.machine}",
                 f"create it (`mkdir -p {wd}`) or pass an existing --workdir",
             )
@@ -345,16 +345,14 @@ def _compose_landlock(ctx: Context, machine: str, policy: Policy, agent_sha256: 
     level, value = gate_row(machine, ctx.verified_fact(machine, FACT_KIND))
     ident = launcher.identity()
     if ident is None:
-        raise Refusal(
-            "confinement-unavailable",
+        raise refusals.confinement_unavailable(
             "saphan-launcher is not installed on this machine, so no Landlock domain can "
             "be applied",
             "reinstall saphan (ci/setup builds and packages the launcher), then "
             f"`saphan machine probe-confinement {machine}`",
         )
     if ident.sha256 != value.get("launcher_sha256"):
-        raise Refusal(
-            "digest-mismatch",
+        raise refusals.digest_mismatch(
             f"the launcher at {ident.path} has SHA-256 {ident.sha256}, but machine {machine}'s "
             f"Landlock level was measured with {value.get('launcher_sha256')}",
             f"re-measure with the installed launcher: `saphan machine probe-confinement {machine}`",
@@ -395,8 +393,7 @@ def _verified_worktree(wd: str, common_dir: str) -> LinkedWorktree:
     try:
         return verify_linked_worktree(wd, common_dir)
     except NotGrantable as e:
-        raise Refusal(
-            "workdir-unsafe",
+        raise refusals.workdir_unsafe(
             f"the worktree saphan just made at {wd} is not a genuine linked worktree of "
             f"{common_dir}: {e}; no git grant is made from it",
             "check the repository for links planted in its .git (`find <repo>/.git -type l`) "
@@ -408,8 +405,7 @@ def _make_run_dirs(policy: Policy, *, objects: bool) -> None:
     try:
         make_run_dirs(policy, objects=objects)
     except PlantedLink as e:
-        raise Refusal(
-            "workdir-unsafe",
+        raise refusals.workdir_unsafe(
             f"saphan's scratch directory cannot be made in {policy.workdir}: {e}",
             f"remove {e.path} (an earlier run may have planted it) and run again",
         ) from None
@@ -472,8 +468,7 @@ def _check_hidden_pinned(policy: Policy) -> None:
         first = os.path.join(wd, os.path.relpath(hidden, wd).split("/", 1)[0])
         if os.path.dirname(hidden) == wd or first in policy.readonly_dirs:
             continue
-        raise Refusal(
-            "workdir-unsafe",
+        raise refusals.workdir_unsafe(
             f"the working directory {wd} holds saphan's {hidden} below {first}, which a run "
             "could move aside and replace with a workspace (or registry) of its own",
             f"run in a directory that does not contain {hidden}, or move that workspace out "
@@ -511,7 +506,7 @@ def _launcher_status(boundary: Boundary, path: str, record: dict[str, Any], end:
             cls, message = m.group(1), m.group(2)
             record["enforced_by"] = None
             if cls in CLASSES:
-                raise Refusal(cls, f"saphan-launcher refused: {message}",
+                raise refusals.of_class(cls, f"saphan-launcher refused: {message}",
                               f"see the `{cls}` row of docs/refusals.md")
             record["notes"] = [*record["notes"], f"the launcher refused: {line}"]
             end.outcome = "failed"

@@ -41,12 +41,12 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from saphan import refusals
 from saphan.confine import landlock
 from saphan.confine.landlock_gate import FACT_KIND as LANDLOCK_FACT
 from saphan.confine.landlock_gate import gate_row
 from saphan.confine.policy import Policy
 from saphan.errors import Interrupted, TransportError, UserError
-from saphan.refusals import Refusal
 from saphan.run.end import RunEnd
 from saphan.store.rows import Machine, Slot
 from saphan.timefmt import now_iso
@@ -194,8 +194,7 @@ class SshSite:
             record["output"] = {"stdout": str(run_dir / "stdout.log"),
                                 "stderr": str(run_dir / "stderr.log")}
         if "launcher_sha256_at_start" in seen:
-            raise Refusal(
-                "digest-mismatch",
+            raise refusals.digest_mismatch(
                 f"the launcher at {far.delivered['path']} on {name} hashed to "
                 f"{seen['launcher_sha256_at_start']} as the run started, not the delivered "
                 f"{far.launcher_sha}; nothing was started",
@@ -252,8 +251,7 @@ def _inspect(ctx: Context, slot: Slot, machine: Machine, base: dict[str, Any],
                             tool=slot.tool, agent=argv[0])
     base["preflight"] = pf.as_record()
     if pf.get("workdir_missing") is not None:
-        raise Refusal(
-            "workdir-missing",
+        raise refusals.workdir_missing(
             f"the working directory {wd} does not exist on {name} (the preflight could not "
             "enter it there)",
             f"create it on {name} (`mkdir -p {wd}` as {machine.ssh_user}) or pass an "
@@ -276,8 +274,7 @@ def _delivered(ctx: Context, name: str) -> dict[str, Any]:
 
     fact = ctx.verified_fact(name, FACT_KIND)
     if fact is None:
-        raise Refusal(
-            "confinement-unavailable",
+        raise refusals.confinement_unavailable(
             f"no delivered saphan-launcher is recorded for {name}, so nothing there can apply "
             "a Landlock domain",
             f"deliver it and measure: `saphan machine deliver {name} --probe`",
@@ -290,22 +287,19 @@ def _check_launcher(name: str, pf: Preflight, delivered: dict[str, Any],
     """The far launcher must be the delivered one AND the one that measured."""
     far = pf.get("launcher_sha256")
     if far is None:
-        raise Refusal(
-            "digest-mismatch",
+        raise refusals.digest_mismatch(
             f"the delivered launcher {delivered['path']} is missing or unreadable on {name}",
             f"deliver it again: `saphan machine deliver {name} --probe`",
         )
     if far != delivered["sha256"]:
-        raise Refusal(
-            "digest-mismatch",
+        raise refusals.digest_mismatch(
             f"the launcher at {delivered['path']} on {name} has sha256 {far} (measured there), "
             f"but sha256 {delivered['sha256']} was delivered",
             f"deliver it again: `saphan machine deliver {name} --probe`; investigate {name} "
             "if it recurs",
         )
     if far != row.get("launcher_sha256"):
-        raise Refusal(
-            "digest-mismatch",
+        raise refusals.digest_mismatch(
             f"the launcher at {delivered['path']} on {name} has sha256 {far}, but {name}'s "
             f"Landlock level was measured with {row.get('launcher_sha256')}",
             f"re-measure with the installed launcher: `saphan machine probe-confinement {name}`",
@@ -322,8 +316,7 @@ def _check_workdir_apart(name: str, pf: Preflight) -> None:
     """
     rwd, ldir = pf.get("workdir") or "", pf.get("launcher_dir_real") or ""
     if ldir and (ldir == rwd or ldir.startswith(rwd.rstrip("/") + "/")):
-        raise Refusal(
-            "workdir-unsafe",
+        raise refusals.workdir_unsafe(
             f"the working directory {rwd} on {name} contains saphan's launcher directory "
             f"{ldir}; a run there could replace the program that confines it",
             "use a working directory outside it",

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from saphan.refusals import Refusal
+from saphan import refusals
 
 #: The closed list (SPEC.md §6; the design document counted nine, the list
 #: follows the pinned tool versions). Each entry has a test.
@@ -147,8 +147,7 @@ def check(
         forms = (e.text, e.flag, e.value, e.key, *halves)
         hit = next((t for t in forms if t in BYPASS_TOKENS), None)
         if hit is not None:
-            raise Refusal(
-                "bypass-token",
+            raise refusals.bypass_token(
                 f"argv element {e.index} ({e.text!r}) is the bypass token {hit!r}; the "
                 f"composed command line was refused before launch: {shown}",
                 "nothing to change in your request: saphan never launches an agent with an "
@@ -168,8 +167,7 @@ def _check_models(elements: list[Element], *, tool: str, model: str | None, show
             continue
         name = e.flag or e.text
         if name in SUBSTITUTION_FLAGS[tool]:
-            raise Refusal(
-                "model-substitution",
+            raise refusals.model_substitution(
                 f"argv element {e.index} ({e.text!r}) could run a model other than the one "
                 f"named ({model or 'the tool default'}): {shown}",
                 "name exactly one model with --model; saphan composes no fallback or "
@@ -189,15 +187,13 @@ def _check_models(elements: list[Element], *, tool: str, model: str | None, show
         selectors and selectors[0][1] != model
     ):
         got = ", ".join(f"element {i}: {v!r}" for i, v in selectors)
-        raise Refusal(
-            "model-substitution",
+        raise refusals.model_substitution(
             f"the operator named {named} but the command line selects {got}: {shown}",
             "name exactly one model with --model (or none for the tool's default); "
             "report a mismatch as an adapter bug",
         )
     if model is not None and not selectors:
-        raise Refusal(
-            "model-substitution",
+        raise refusals.model_substitution(
             f"the operator named model {model!r} but the command line selects none, so the "
             f"tool would pick its own: {shown}",
             "report this as an adapter bug: a named model is always pinned on the command line",
@@ -215,15 +211,13 @@ def _check_resumption(
             continue
         why = ("the run asked to resume nothing" if resume_session is None else
                f"only session {resume_session!r} may be resumed, explicitly")
-        raise Refusal(
-            "session-resumption",
+        raise refusals.session_resumption(
             f"argv element {e.index} ({e.text!r}) would continue another session; {why}: "
             f"{shown}",
             "continue a session only with `saphan run --resume RUN` (recorded on the new run)",
         )
     if resume_session is not None and allowed is None:
-        raise Refusal(
-            "session-resumption",
+        raise refusals.session_resumption(
             f"an explicit resume of session {resume_session!r} was asked for, but the command "
             f"line does not resume exactly that session: {shown}",
             "report this as an adapter bug",

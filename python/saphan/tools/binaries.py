@@ -25,8 +25,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from saphan import refusals
 from saphan.errors import UserError
-from saphan.refusals import Refusal
 
 #: the versions this build composes command lines for and was measured with
 PINNED = {"claude": "2.1.197", "codex": "0.169.0"}
@@ -126,8 +126,7 @@ def check_pin(machine: str, slot: str, pinned: str | None, path: str, sha256: st
     if pinned is None or pinned == sha256:
         return
     where = f" on {machine}" if far else ""
-    raise Refusal(
-        "digest-mismatch",
+    raise refusals.digest_mismatch(
         f"slot {slot} on machine {machine} pins the agent binary to SHA-256 {pinned}, but "
         f"{path}{where} has SHA-256 {sha256}; it was not launched",
         f"if the new binary at {path}{where} is one you trust (verify it first), re-pin with "

@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from saphan import refusals
 from saphan.confine import environment, protected
 from saphan.refusals import Refusal
 
@@ -98,7 +99,7 @@ class PermissionClass:
 
 
 def _invalid(where: str, message: str) -> Refusal:
-    return Refusal("policy-invalid", f"permission class {where}: {message}",
+    return refusals.policy_invalid(f"permission class {where}: {message}",
                    f"fix {where}; `saphan policy check {where}` prints what it allows")
 
 
@@ -121,16 +122,14 @@ def parse(data: object, *, source: str = "<memory>") -> PermissionClass:
     if not isinstance(data, Mapping):
         raise _invalid(source, "the top level must be a JSON object")
     if "schema" not in data:
-        raise Refusal(
-            "policy-schema-unknown",
+        raise refusals.policy_schema_unknown(
             f"permission class {source} names no schema version; accepted: "
             f"{', '.join(map(str, ACCEPTED))}",
             f'add "schema": {ACCEPTED[-1]} (and only that version\'s fields)',
         )
     schema = data["schema"]
     if type(schema) is not int or schema not in FIELDS:
-        raise Refusal(
-            "policy-schema-unknown",
+        raise refusals.policy_schema_unknown(
             f"permission class {source} claims schema {json.dumps(schema)}, which this "
             f"engine does not accept (accepted: {', '.join(map(str, ACCEPTED))})",
             f"rewrite it for schema {ACCEPTED[-1]}, or upgrade saphan if it comes from a newer "
@@ -143,8 +142,7 @@ def parse(data: object, *, source: str = "<memory>") -> PermissionClass:
     if foreign:
         owners = {k: [v for v, f in FIELDS.items() if k in f] for k in foreign}
         described = ", ".join(f"{k!r} (schema {'/'.join(map(str, owners[k]))})" for k in foreign)
-        raise Refusal(
-            "policy-schema-mixed",
+        raise refusals.policy_schema_mixed(
             f"permission class {source} claims schema {schema} but uses {described}",
             f"use only schema {schema}'s fields ({', '.join(sorted(known_here))}), or change "
             "\"schema\" to the version those fields belong to and rewrite the rest",
