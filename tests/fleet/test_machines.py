@@ -1,0 +1,215 @@
+"""Machines (fleet/machines.py): names, adding a local or an SSH machine (its
+host key pinned from what the server presented), removing one, and its
+signed facts as read back."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from saphan.context import Context
+from saphan.errors import TransportError, UserError
+from saphan.fleet import machines
+from saphan.records import sign_fact
+from saphan.refusals import Refusal
+from saphan.store.rows import Machine, Slot
+
+HOLDER = ("h", 1, 1, "b")
+
+
+# -- names -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["a", "m1", "A-1.b_c", "9" * 63])
+def test_good_names_pass(name: str) -> None:
+    machines.check_name("machine", name)
+
+
+@pytest.mark.parametrize("name", [
+    "", "-a", ".a", "_a", "a b", "a/b", "a:b", "é", "9" * 64,
+    # `$` in the name pattern also matches before a final newline, so this name
+    # passes (and a machine or slot can be stored under it); reported, not fixed here.
+    pytest.param("a\n", marks=pytest.mark.xfail(strict=True, reason="bug: _NAME accepts a trailing newline")),
+])
+def test_bad_names_are_refused_naming_the_rule(name: str) -> None:
+    with pytest.raises(UserError) as e:
+        machines.check_name("slot", name)
+    assert str(e.value) == (
+        f"slot name {name!r} is not allowed; use 1-63 letters, digits, '.', '_' or '-', "
+        "starting with a letter or digit")
+
+
+# -- adding --------------------------------------------------------------------------
+
+def test_a_local_machine_is_added_once(ctx: Context) -> None:
+    m = machines.add_machine(ctx, "m1", local=True)
+    assert (m.name, m.transport, m.address()) == ("m1", "local", "local")
+    assert m.created_at
+    assert ctx.machines() == [m]
+    with pytest.raises(UserError, match="machine 'm1' already exists"):
+        machines.add_machine(ctx, "m1", local=True)
+    assert ctx.machines() == [m]
+
+
+@pytest.mark.parametrize(("kw", "needle"), [
+    ({}, "give exactly one of --local or --ssh"),
+    ({"local": True, "ssh": "a@b"}, "give exactly one of --local or --ssh"),
+    ({"local": True, "identity": "/k"}, "--identity is for --ssh machines"),
+    ({"ssh": "nohost", "identity": "/k"}, "is not USER@HOST[:PORT]"),
+    ({"ssh": "a@b:x", "identity": "/k"}, "is not USER@HOST[:PORT]"),
+    ({"ssh": "a b@c", "identity": "/k"}, "is not USER@HOST[:PORT]"),
+    ({"ssh": "a@b"}, "--ssh needs --identity FILE"),
+    ({"ssh": "a@b", "identity": "/nonexistent/key"}, "--identity /nonexistent/key: no such file"),
+    ({"ssh": "a@127.0.0.1:0", "identity": "KEY"}, "port 0 is out of range 1-65535"),
+    ({"ssh": "a@127.0.0.1:65536", "identity": "KEY"}, "port 65536 is out of range 1-65535"),
+])
+def test_bad_input_is_one_line_naming_the_fix_and_nothing_is_written(
+        ctx: Context, tmp_path: Path, kw: dict[str, object], needle: str) -> None:
+    key = tmp_path / "id"
+    key.write_text("k")
+    if kw.get("identity") == "KEY":
+        kw = {**kw, "identity": str(key)}
+    with pytest.raises(UserError) as e:
+        machines.add_machine(ctx, "m2", **kw)  # type: ignore[arg-type]
+    assert needle in str(e.value)
+    assert "\n" not in str(e.value)
+    assert ctx.machines() == []
+
+
+def test_an_existing_name_is_refused_before_any_connection(ctx: Context, tmp_path: Path) -> None:
+    machines.add_machine(ctx, "m1", local=True)
+    key = tmp_path / "id"
+    key.write_text("k")
+    # Port 1 is closed: had the host key been fetched first, this would be a TransportError.
+    with pytest.raises(UserError, match="already exists"):
+        machines.add_machine(ctx, "m1", ssh="agent@127.0.0.1:1", identity=str(key))
+
+
+def test_an_unreachable_ssh_machine_is_not_added(ctx: Context, tmp_path: Path) -> None:
+    key = tmp_path / "id"
+    key.write_text("k")
+    with pytest.raises(TransportError) as e:
+        machines.add_machine(ctx, "far", ssh="agent@127.0.0.1:1", identity=str(key))
+    assert e.value.machine == "far"
+    assert "machine far (127.0.0.1:1) is unreachable" in str(e.value)
+    assert ctx.machines() == []
+
+
+@pytest.fixture
+def ssh_server() -> Iterator[tuple[int, paramiko.PKey]]:
+    """A real SSH server (paramiko's) on loopback that presents a fresh host key."""
+    host_key = paramiko.ECDSAKey.generate()
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    srv.settimeout(10)
+
+    def serve() -> None:
+        try:
+            conn, _ = srv.accept()
+        except OSError:
+            return
+        t = paramiko.Transport(conn)
+        t.add_server_key(host_key)
+        try:
+            t.start_server(server=paramiko.ServerInterface())
+            t.join(10)
+        except (paramiko.SSHException, EOFError, OSError):
+            pass
+        finally:
+            t.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield srv.getsockname()[1], host_key
+    finally:
+        srv.close()
+        thread.join(10)
+
+
+def test_an_ssh_machine_pins_the_host_key_its_server_presented(
+        ctx: Context, tmp_path: Path, ssh_server: tuple[int, paramiko.PKey],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    port, host_key = ssh_server
+    (tmp_path / "id").write_text("k")
+    monkeypatch.chdir(tmp_path)
+    m = machines.add_machine(ctx, "far", ssh=f"agent@127.0.0.1:{port}", identity="id")
+    assert (m.transport, m.ssh_user, m.ssh_host, m.ssh_port) == ("ssh", "agent", "127.0.0.1", port)
+    assert m.identity_file == str(tmp_path / "id")  # made absolute
+    assert m.host_key == f"{host_key.get_name()} {host_key.get_base64()}"
+    assert ctx.machine("far") == m
+    assert m.address() == f"agent@127.0.0.1:{port}"
+
+
+def test_an_ipv6_address_is_taken_without_its_brackets(ctx: Context, tmp_path: Path) -> None:
+    key = tmp_path / "id"
+    key.write_text("k")
+    with pytest.raises(TransportError, match=r"machine far6 \(::1:1\)"):
+        machines.add_machine(ctx, "far6", ssh="agent@[::1]:1", identity=str(key))
+
+
+# -- removing -----------------------------------------------------------------------------
+
+def test_removing_an_unknown_machine_names_it(ctx: Context) -> None:
+    with pytest.raises(UserError, match="no machine named 'ghost'"):
+        machines.remove_machine(ctx, "ghost")
+
+
+def test_a_machine_with_a_live_run_is_kept_until_it_finishes(ctx: Context) -> None:
+    machines.add_machine(ctx, "m1", local=True)
+    ctx.store.add_slot(Slot("m1", "s", "command", 2))
+    ctx.store.reserve(run_id="RUN1", machine="m1", slot="s", capacity=2, tool="command",
+                      workdir=None, holder=HOLDER)
+    with pytest.raises(UserError) as e:
+        machines.remove_machine(ctx, "m1")
+    assert str(e.value) == ("machine 'm1' has 1 live run(s) (RUN1); let them finish or "
+                            "`saphan runs finalize ID` first")
+    assert ctx.machine("m1")
+    ctx.store.finalize("RUN1", state="ended", outcome="exited")
+    ctx.store.put_fact(sign_fact(ctx.record_key(), "m1", "landlock", {"level": 7}, "t"))
+    machines.remove_machine(ctx, "m1")
+    assert ctx.machines() == [] and ctx.store.list_slots() == [] and ctx.store.list_facts("m1") == []
+    assert ctx.store.get_run("RUN1") is not None  # history outlives the machine
+
+
+# -- facts ----------------------------------------------------------------------------------
+
+def test_facts_are_read_back_verified_with_when_they_were_measured(ctx: Context) -> None:
+    machines.add_machine(ctx, "m1", local=True)
+    assert machines.machine_facts(ctx, "m1") == {}
+    key = ctx.record_key()
+    ctx.store.put_fact(sign_fact(key, "m1", "landlock", {"level": 7}, "2025-01-01T00:00:00Z"))
+    ctx.store.put_fact(sign_fact(key, "m1", "launcher", {"sha256": "ab"}, "2025-01-02T00:00:00Z"))
+    assert machines.machine_facts(ctx, "m1") == {
+        "landlock": {"value": {"level": 7}, "measured_at": "2025-01-01T00:00:00Z"},
+        "launcher": {"value": {"sha256": "ab"}, "measured_at": "2025-01-02T00:00:00Z"},
+    }
+
+
+def test_an_edited_fact_is_refused_not_shown(ctx: Context) -> None:
+    machines.add_machine(ctx, "m1", local=True)
+    fact = sign_fact(ctx.record_key(), "m1", "landlock", {"level": 2}, "2025-01-01T00:00:00Z")
+    ctx.store.put_fact(fact._replace(value_json='{"level":7}'))
+    with pytest.raises(Refusal) as e:
+        machines.machine_facts(ctx, "m1")
+    assert e.value.cls == "record-signature-invalid"
+    assert "the landlock row of machine m1" in e.value.message
+
+
+def test_a_fact_signed_under_another_key_is_refused(ctx: Context) -> None:
+    machines.add_machine(ctx, "m1", local=True)
+    ctx.store.put_fact(sign_fact(os.urandom(32), "m1", "landlock", {"level": 7}, "t"))
+    with pytest.raises(Refusal, match=r"\[record-signature-invalid\]"):
+        machines.machine_facts(ctx, "m1")
+
+
+def test_machine_rows_round_trip_through_the_store(ctx: Context) -> None:
+    m = Machine("far", "ssh", "u", "h", 22, "/k", "ssh-ed25519 AAAA", "t")
+    assert ctx.store.add_machine(m)
+    assert ctx.machine("far") == m
