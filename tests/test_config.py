@@ -1,0 +1,110 @@
+"""config.py: the workspace's config.toml is a closed schema, validated on load;
+run.confinement is checked by every run (a refusal), not by load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from saphan.config import CONFINEMENT_MODES, DEFAULT_TEXT, SCHEMA, Config, confinement_mode, load
+from saphan.errors import UserError
+from saphan.refusals import Refusal
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_default_file_loads_to_the_defaults(tmp_path: Path) -> None:
+    path = _write(tmp_path, DEFAULT_TEXT)
+    cfg = load(path)
+    assert cfg == Config(path=path, confinement="engine", database_url="sqlite",
+                         ssh_connect_timeout=10, ssh_command_timeout=120,
+                         codex_base_url=None, codex_env_key=None)
+    assert confinement_mode(cfg) == "engine"
+
+
+def test_an_empty_file_means_every_default(tmp_path: Path) -> None:
+    cfg = load(_write(tmp_path, ""))
+    assert (cfg.confinement, cfg.database_url, cfg.ssh_connect_timeout,
+            cfg.ssh_command_timeout) == ("engine", "sqlite", 10, 120)
+
+
+def test_every_known_key_is_read(tmp_path: Path) -> None:
+    cfg = load(_write(tmp_path, """
+[run]
+confinement = "vendor"
+[database]
+url = "postgresql://ops@db.example:5432/saphan"
+[ssh]
+connect_timeout = 3
+command_timeout = 45
+[codex]
+base_url = "http://127.0.0.1:9000/v1"
+env_key = "LOCAL_KEY"
+"""))
+    assert cfg.confinement == "vendor"
+    assert cfg.database_url == "postgresql://ops@db.example:5432/saphan"
+    assert (cfg.ssh_connect_timeout, cfg.ssh_command_timeout) == (3, 45)
+    assert (cfg.codex_base_url, cfg.codex_env_key) == ("http://127.0.0.1:9000/v1", "LOCAL_KEY")
+    # Every key in the schema was exercised above: a new key needs a line here.
+    assert {(s, k) for s, keys in SCHEMA.items() for k in keys} == {
+        ("run", "confinement"), ("database", "url"), ("ssh", "connect_timeout"),
+        ("ssh", "command_timeout"), ("codex", "base_url"), ("codex", "env_key")}
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("[run2]\nx = 1\n", "unknown section [run2]; known sections: run, database, ssh, codex"),
+    ("[run]\nconfinment = \"engine\"\n", "unknown key run.confinment; known keys in [run]: "
+                                         "confinement"),
+    ("run = 3\n", "`run` must be a table"),
+    ("[ssh]\nconnect_timeout = \"10\"\n", "ssh.connect_timeout must be a int, got str"),
+    ("[run]\nconfinement = 1\n", "run.confinement must be a str, got int"),
+    ("[database]\nurl = \"mysql://x\"\n", "database.url 'mysql://x' is neither"),
+    ("[database]\nurl = \"sqlite:relative.db\"\n", "is neither \"sqlite\""),
+    ("[ssh]\nconnect_timeout = 0\n", "ssh.connect_timeout is 0; give a number of seconds >= 1"),
+    ("[ssh]\ncommand_timeout = -5\n", "ssh.command_timeout is -5"),
+    ("[run\n", "is not valid TOML"),
+])
+def test_bad_files_are_refused_by_name(tmp_path: Path, text: str, needle: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(UserError) as info:
+        load(path)
+    message = str(info.value)
+    assert needle in message, message
+    assert str(path) in message
+    assert "\n" not in message  # one line: the CLI prints it as is
+
+
+@pytest.mark.parametrize("url", ["sqlite", "sqlite:////var/lib/saphan.db",
+                                 "postgresql://u@h/d", "postgres://u@h:1/d"])
+def test_accepted_database_urls(tmp_path: Path, url: str) -> None:
+    assert load(_write(tmp_path, f'[database]\nurl = "{url}"\n')).database_url == url
+
+
+def test_a_missing_file_names_saphan_init(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"no config at .*; run `saphan init` first"):
+        load(tmp_path / "absent.toml")
+
+
+def test_a_bad_confinement_loads_and_refuses_at_the_run(tmp_path: Path) -> None:
+    """Not a load error: every run must be refused (and recorded) instead."""
+    path = _write(tmp_path, '[run]\nconfinement = "engnie"\n')
+    cfg = load(path)
+    assert cfg.confinement == "engnie"
+    with pytest.raises(Refusal) as info:
+        confinement_mode(cfg)
+    r = info.value
+    assert r.cls == "confinement-setting-invalid"
+    assert "'engnie'" in r.message and str(path) in r.message
+    assert 'exactly "engine" or "vendor"' in r.message
+    assert f"edit {path}" in r.remediation
+
+
+@pytest.mark.parametrize("mode", CONFINEMENT_MODES)
+def test_each_accepted_mode_passes(tmp_path: Path, mode: str) -> None:
+    assert confinement_mode(load(_write(tmp_path, f'[run]\nconfinement = "{mode}"\n'))) == mode
+    assert set(CONFINEMENT_MODES) == {"engine", "vendor"}

@@ -1,0 +1,209 @@
+"""transport/local.py: the stdin pipe and the engine's watchdog, directly.
+
+The watchdog is the backstop behind a tool's own budgets: a child still
+running at ``time_limit`` is SIGKILLed, and output is read for at most
+KILL_GRACE more seconds even when a grandchild still holds the pipes — so
+``run`` returns, whatever the child left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from saphan.errors import Interrupted
+from saphan.transport import local
+
+
+def test_stdin_bytes_arrive_then_eof(tmp_path: Path) -> None:
+    done = local.run(["sh", "-c", "cat; echo; cat /proc/self/environ | grep -c sk-piped || true"],
+                     cwd=str(tmp_path), run_dir=str(tmp_path), stream=False,
+                     stdin_bytes=b"sk-piped-secret-0123456789", env={"PATH": "/usr/bin:/bin"})
+    out = Path(done.stdout_path).read_text().splitlines()
+    assert done.exit_code == 0 and not done.killed_at_limit
+    assert out[0] == "sk-piped-secret-0123456789"  # then EOF: cat returned
+    assert out[1] == "0"  # nothing rode the environment
+
+
+def test_time_limit_kills_the_child(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    done = local.run(["sleep", "30"], cwd=str(tmp_path), run_dir=str(tmp_path), stream=False,
+                     time_limit=1.0)
+    took = time.monotonic() - t0
+    assert done.killed_at_limit and done.exit_code == -9
+    assert 1.0 <= took < 1.0 + local.KILL_GRACE + 2, took
+
+
+def test_time_limit_does_not_wait_for_a_grandchild_holding_the_pipes(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    done = local.run(["sh", "-c", "setsid sleep 20 & echo started; sleep 30"], cwd=str(tmp_path),
+                     run_dir=str(tmp_path), stream=False, time_limit=1.0)
+    took = time.monotonic() - t0
+    assert done.killed_at_limit
+    assert Path(done.stdout_path).read_text() == "started\n"
+    assert took < 1.0 + local.KILL_GRACE + 2, took
+
+
+def test_no_limit_means_no_kill(tmp_path: Path) -> None:
+    done = local.run(["sh", "-c", "sleep 1; echo ok"], cwd=str(tmp_path), run_dir=str(tmp_path),
+                     stream=False)
+    assert done.exit_code == 0 and not done.killed_at_limit
+    assert Path(done.stdout_path).read_text() == "ok\n"
+
+
+def test_set_dumpable_reports_and_restores() -> None:
+    assert local.set_dumpable(False) is True
+    try:
+        assert local.set_dumpable(False) is False
+    finally:
+        assert local.set_dumpable(True) is False
+    assert local.set_dumpable(True) is True
+
+
+def test_runs_from_a_worker_thread(tmp_path: Path) -> None:
+    """An embedding program may run from a worker thread, where signal
+    handlers cannot be set: nothing is installed there, and the run works."""
+    got: list[local.Finished] = []
+    t = threading.Thread(target=lambda: got.append(local.run(
+        ["sh", "-c", "echo from a thread"], cwd=str(tmp_path), run_dir=str(tmp_path),
+        stream=False)))
+    t.start()
+    t.join(30)
+    assert got and got[0].exit_code == 0
+    assert Path(got[0].stdout_path).read_text() == "from a thread\n"
+
+
+# -- stdin, output and the status channel ----------------------------------------------------
+
+def test_stdin_is_dev_null_or_the_prompt_file(tmp_path: Path) -> None:
+    done = local.run(["cat"], cwd=str(tmp_path), run_dir=str(tmp_path), stream=False)
+    assert done.exit_code == 0 and Path(done.stdout_path).read_bytes() == b""
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("the task, never on a command line\n")
+    done = local.run(["cat"], cwd=str(tmp_path), run_dir=str(tmp_path), stream=False,
+                     stdin_path=str(prompt))
+    assert Path(done.stdout_path).read_text() == "the task, never on a command line\n"
+
+
+def test_stdin_bytes_must_fit_one_pipe_buffer(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="limited to 4096 bytes"):
+        local.run(["cat"], cwd=str(tmp_path), run_dir=str(tmp_path), stream=False,
+                  stdin_bytes=b"x" * 4097)
+    done = local.run(["wc", "-c"], cwd=str(tmp_path), run_dir=str(tmp_path), stream=False,
+                     stdin_bytes=b"x" * 4096)
+    assert Path(done.stdout_path).read_text().strip() == "4096"
+
+
+def test_output_is_logged_apart_and_streamed_when_asked(
+        tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    argv = ["sh", "-c", "echo out-1; echo err-1 >&2; echo out-2; exit 4"]
+    done = local.run(argv, cwd=str(tmp_path), run_dir=str(tmp_path), stream=True)
+    assert done.exit_code == 4 and done.status_path is None
+    assert done.stdout_path == str(tmp_path / "stdout.log")
+    assert done.stderr_path == str(tmp_path / "stderr.log")
+    assert Path(done.stdout_path).read_bytes() == b"out-1\nout-2\n"
+    assert Path(done.stderr_path).read_bytes() == b"err-1\n"
+    seen = capfdbinary.readouterr()
+    assert seen.out == b"out-1\nout-2\n" and seen.err == b"err-1\n"
+    quiet = tmp_path / "quiet"
+    quiet.mkdir()
+    local.run(argv, cwd=str(tmp_path), run_dir=str(quiet), stream=False)
+    assert capfdbinary.readouterr() == (b"", b"")
+    assert (quiet / "stdout.log").read_bytes() == b"out-1\nout-2\n"
+
+
+def test_the_status_channel_is_kept_apart_from_the_output(tmp_path: Path) -> None:
+    done = local.run(["sh", "-c", "echo control-line >&7; echo output"], cwd=str(tmp_path),
+                     run_dir=str(tmp_path), stream=False, status_fd=7)
+    assert done.exit_code == 0
+    assert done.status_path == str(tmp_path / "status.log")
+    assert Path(done.status_path).read_text() == "control-line\n"
+    assert Path(done.stdout_path).read_text() == "output\n"
+
+
+def test_pass_fds_are_inherited_at_their_numbers(tmp_path: Path) -> None:
+    r, w = os.pipe()
+    try:
+        argv = [sys.executable, "-c", f"import os; os.write({w}, b'through-{w}\\n')"]
+        # Not passed: closed in the child, whatever saphan itself holds open.
+        done = local.run(argv, cwd=str(tmp_path), run_dir=str(tmp_path), stream=False)
+        assert done.exit_code != 0
+        done = local.run(argv, cwd=str(tmp_path), run_dir=str(tmp_path), stream=False,
+                         pass_fds=(w,))
+        assert done.exit_code == 0, Path(done.stderr_path).read_text()
+        os.set_blocking(r, False)
+        assert os.read(r, 100) == f"through-{w}\n".encode()
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+# -- signals and the death of saphan ------------------------------------------------------------
+
+def test_sigterm_to_saphan_is_forwarded_and_reported(tmp_path: Path) -> None:
+    """The child gets SIGTERM, the run waits for it, then Interrupted carries
+    the signal and the child's status up; saphan's own handler comes back."""
+    before = signal.getsignal(signal.SIGTERM)
+    ready = tmp_path / "ready"
+
+    def send_when_running() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if ready.exists() and signal.getsignal(signal.SIGTERM) is not before:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.02)
+
+    sender = threading.Thread(target=send_when_running)
+    sender.start()
+    t0 = time.monotonic()
+    with pytest.raises(Interrupted) as info:
+        local.run(["sh", "-c", f"touch {ready}; exec sleep 30"], cwd=str(tmp_path),
+                  run_dir=str(tmp_path), stream=False)
+    sender.join()
+    assert info.value.signum == signal.SIGTERM
+    assert info.value.exit_code == -signal.SIGTERM  # the child ended by the forwarded signal
+    assert time.monotonic() - t0 < 15
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_child_dies_with_a_sigkilled_saphan(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    code = ("import sys; from saphan.transport import local; "
+            f"local.run(['sh', '-c', 'echo $$ > {pid_file}; exec sleep 60'], cwd={str(tmp_path)!r}, "
+            f"run_dir={str(tmp_path)!r}, stream=False)")
+    holder = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 20
+        while not (pid_file.exists() and pid_file.read_text().strip()):
+            assert time.monotonic() < deadline, "the child never started"
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        assert _alive(child)
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(10)
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child), "the run's child outlived the saphan that started it"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
+def _alive(pid: int) -> bool:
+    """Running, not merely a zombie waiting for its reaper."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in (b"Z", b"X")

@@ -1,0 +1,73 @@
+"""transport/streams.py: what both transports share while a run's child goes —
+each chunk of output to the run's log (flushed at once, so a crash loses
+nothing already printed) and to the terminal when streaming; SIGINT/SIGTERM
+caught for the run's duration, the previous handlers back afterwards."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+from saphan.transport.streams import catching, tee
+
+
+def test_tee_writes_the_log_at_once_and_the_terminal_when_asked(tmp_path: Path) -> None:
+    log_path = tmp_path / "stdout.log"
+    term = io.BytesIO()
+    with open(log_path, "wb") as log:
+        tee(log, term, b"first ")
+        # Flushed: another reader sees it while the log is still open.
+        assert log_path.read_bytes() == b"first "
+        tee(log, None, b"second")
+        assert log_path.read_bytes() == b"first second"
+    assert term.getvalue() == b"first "  # not streaming: the log only
+
+
+def test_catching_routes_both_signals_then_restores(tmp_path: Path) -> None:
+    got: list[int] = []
+
+    def handler(signum: int, _frame: FrameType | object) -> None:
+        got.append(signum)
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with catching(handler):
+        assert signal.getsignal(signal.SIGINT) is handler
+        assert signal.getsignal(signal.SIGTERM) is handler
+        os.kill(os.getpid(), signal.SIGTERM)  # not fatal while the block runs
+        os.kill(os.getpid(), signal.SIGINT)  # nor a KeyboardInterrupt
+    assert got == [signal.SIGTERM, signal.SIGINT]
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_catching_restores_after_an_exception() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with catching(lambda *_: None):
+            raise RuntimeError("the run failed")
+    except RuntimeError:
+        pass
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_catching_from_a_worker_thread_installs_nothing() -> None:
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    seen: list[object] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            with catching(lambda *_: None):
+                seen.extend(signal.getsignal(s) for s in before)
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(10)
+    assert errors == []
+    assert seen == list(before.values())
+    assert {s: signal.getsignal(s) for s in before} == before
