@@ -742,10 +742,13 @@ def _show_record(record: RunRecord) -> None:
 @click.argument("run_id", metavar="ID")
 @click.option("--reason", default="operator request", show_default=True,
               help="Recorded on the run.")
+@click.option("--force", is_flag=True,
+              help="End it even though its holder is measured alive (recorded).")
 @click.pass_context
-def runs_finalize(ctx: click.Context, run_id: str, reason: str) -> None:
-    """End a live run's row by hand (recorded). Use when a holder is stuck."""
-    record = _engine(ctx).finalize(run_id, reason=reason)
+def runs_finalize(ctx: click.Context, run_id: str, reason: str, force: bool) -> None:
+    """End a live run's row by hand (recorded). Use when a holder is stuck or
+    its machine is gone; a holder measured alive needs --force."""
+    record = _engine(ctx).finalize(run_id, reason=reason, force=force)
     click.echo(f"finalised run {record.id} (outcome {record.outcome}; record signature "
                f"{record.signature})")
 

@@ -136,6 +136,20 @@ class Context:
 
         return check
 
+    def holder_liveness(self, row: RunRow) -> liveness.Liveness | None:
+        """A live row's holder, judged where it runs (None: no holder recorded)."""
+        from saphan.liveness import Holder, check
+
+        if row.holder_host is None or row.holder_pid is None:
+            return None
+        holder = Holder(row.holder_host, row.holder_pid, row.holder_start_ticks,
+                        row.holder_boot_id)
+        try:
+            m = self.machine(row.machine)
+        except UserError:
+            return check(holder)
+        return check(holder, self.remote_liveness(m))
+
     # -- runs ----------------------------------------------------------------------
     def find_run(self, run_id: str) -> RunRow:
         """A run's row by id, unique prefix or "last"."""

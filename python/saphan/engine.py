@@ -1,8 +1,7 @@
-"""The engine: saphan's Python API, a thin facade over the modules that do
-the work. A run goes from :meth:`Engine.run` to :func:`saphan.run.pipeline.run`,
-where cast → reserve → compose → dispatch → record stand on one screen. The
-CLI is a thin layer over :class:`Engine`; programs embed it directly. Below
-this module everything works against a :class:`saphan.context.Context`.
+"""The engine: saphan's Python API, a thin facade. A run goes from
+:meth:`Engine.run` to :func:`saphan.run.pipeline.run` (cast → reserve →
+compose → dispatch → record on one screen). The CLI is a thin layer over
+:class:`Engine`; below it everything works against a Context.
 """
 
 from __future__ import annotations
@@ -188,15 +187,24 @@ class Engine:
         record key; check ``.signature`` ("valid" / "invalid" / "missing" / "pending")."""
         return self.ctx.run_record(run_id)
 
-    def finalize(self, run_id: str, *, reason: str = "operator") -> RunRecord:
-        """Operator escape hatch: end a live run's row, recorded as such."""
+    def finalize(self, run_id: str, *, reason: str = "operator",
+                 force: bool = False) -> RunRecord:
+        """End a live run's row, recorded as such; a holder measured alive (here
+        or on its far machine) needs ``force`` (recorded with its liveness)."""
         from saphan.errors import UserError
         from saphan.run import record
 
         row = self.ctx.find_run(run_id)
         if not row.live:
             raise UserError(f"run {row.id} already finished at {row.finished_at}")
-        return record.finalized_by_operator(self.ctx, row, reason)
+        seen = self.ctx.holder_liveness(row)
+        if seen is not None and seen.state == "alive" and not force:
+            raise UserError(
+                f"run {row.id}'s holder is alive ({seen.evidence}): ending its row would free "
+                "its seat while it runs; stop it first, or pass --force (recorded)")
+        held = "" if seen is None else f"; its holder was {seen.state} ({seen.evidence})"
+        return record.finalized_by_operator(
+            self.ctx, row, f"{reason}{' (--force)' if force else ''}{held}")
 
     def run(self, machine: str, slot: str, argv: Sequence[str], *,
             workdir: str | os.PathLike[str] | None = None, stream: bool = True,

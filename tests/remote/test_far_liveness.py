@@ -3,6 +3,7 @@ the machine's own transport; an unreachable machine's holder counts as alive."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -21,14 +22,21 @@ def test_far_holder_killed_is_finalised_by_the_next_reservation(far: Remote) -> 
     proc = far.start_run("far1", wd, "sleep", "60")
     holder = far.wait_far_holder("far1")
     assert holder["liveness"] == "alive"
-    # saphan dies without finalising (SIGKILL); its connection drops, the far
-    # side sees its lifeline close and hangs up the far process.
+    # saphan dies without finalising (SIGKILL); its connection drops. The far
+    # run goes on (a lifeline that merely ends stops nothing) and keeps its seat.
     stop(proc, signal.SIGKILL)
+    time.sleep(1)
+    assert pid_alive(holder["pid"])
+    r = far("run", "--machine", "far1", "--slot", "s1", "--workdir", str(wd), "--", "true")
+    assert r.code == 3 and "refused [seat-full]" in r.err, r.err
+    assert f"run {holder['run']} (pid {holder['pid']} on ssh://" in r.err
+    assert far.record(holder["run"])["finished_at"] is None  # still holding the seat
+    # The far process ends (killed there): the next reservation finds it dead.
+    os.kill(holder["pid"], signal.SIGKILL)
     deadline = time.monotonic() + 10
     while pid_alive(holder["pid"]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not pid_alive(holder["pid"])
-    assert far.record(holder["run"])["finished_at"] is None  # still holding the seat
     assert far.ok("slot", "show", "far1", "s1", "--json").json()["holders"][0]["liveness"] \
         == "dead"
     far.ok("run", "--machine", "far1", "--slot", "s1", "--workdir", str(wd), "--", "true")

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import signal
 import time
+from pathlib import Path
+
+import pytest
 
 import escapes
 from remote.conftest import Remote, pid_alive, stop
@@ -153,17 +156,35 @@ def test_sigterm_hangs_up_the_far_process_and_finalises(far: Remote) -> None:
     assert any("hung up (SIGHUP)" in n for n in rec["notes"])
 
 
-def test_far_workdir_holding_the_launcher_is_refused(far: Remote) -> None:
-    """A far workdir holding the launcher's directory is `workdir-unsafe`
-    (SPEC §4), recorded — never a UserError after the seat was taken."""
+@pytest.mark.parametrize(("where", "said"), [
+    ("root", "is the root directory"),
+    ("home", "is the far user's home directory itself"),
+    ("above-home", "contains the far user's SSH directory"),
+    ("ssh", "lies inside the far user's SSH directory"),
+    ("ssh-keys", "lies inside the far user's SSH directory"),
+    ("install", "lies inside saphan's install directory"),
+    ("tmp", "is a temporary root itself"),
+])
+def test_far_workdirs_a_run_must_never_hold_are_refused(far: Remote, where: str, said: str) -> None:
+    """`/`, $HOME itself, anything under ~/.ssh (a run appended to
+    authorized_keys, measured), saphan's install directory in or around the
+    workdir, a temporary root itself: `workdir-unsafe` (SPEC §4), recorded,
+    by name — nothing runs, nothing there changes."""
     far.ready("far1")
     h = far.host("far1")
-    r = far(*RUN, "--workdir", str(h.home), "--", "true")
+    ssh = h.home / ".ssh"
+    h.as_user("mkdir", "-p", str(ssh / "keys"))
+    h.as_user("sh", "-c", f"echo key > {ssh}/authorized_keys")
+    wd = {"root": Path("/"), "home": h.home, "above-home": h.home.parent, "ssh": ssh,
+          "ssh-keys": ssh / "keys", "install": h.home / ".saphan" / "bin",
+          "tmp": Path("/tmp")}[where]
+    r = far(*RUN, "--workdir", str(wd), "--", "sh", "-c", f"echo evil >> {ssh}/authorized_keys")
     assert r.code == 3, r.err
-    assert "refused [workdir-unsafe]" in r.err
-    assert "contains saphan's launcher directory" in r.err
+    assert f"refused [workdir-unsafe]: the working directory {wd} on far1 {said}" in r.err
     rec = far.record()
     assert rec["refusal"]["class"] == "workdir-unsafe" and rec["finished_at"]
+    assert rec["session_ordinal"] is None  # refused before any seat
+    assert (ssh / "authorized_keys").read_text() == "key\n"
 
 
 def test_a_bad_request_found_by_the_far_dial_leaves_no_row(far: Remote) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,10 @@ LAUNCHER_DIR = ".saphan/bin"
 LAUNCHER_NAME = "saphan-launcher"
 #: the signed fact a delivery writes: what is installed where, measured there
 FACT_KIND = "launcher"
+#: where each run's far control directory is made (holder, launcher status),
+#: relative to the far user's $HOME: never inside a grant (the working
+#: directory may not contain ~/.saphan), so no process of a run can write it
+CONTROL_DIR = ".saphan/runs"
 #: the devices a run may write, when the far machine has them
 DEVICES = ("/dev/null", "/dev/tty", "/dev/zero", "/dev/random", "/dev/urandom")
 
@@ -192,14 +197,28 @@ L={launcher}
 tool={tool}
 agent={agent}
 engine_key={engine_key}
+if command -v sha256sum >/dev/null 2>&1; then dt=sha256sum; sha() {{ sha256sum; }}
+elif command -v shasum >/dev/null 2>&1; then dt="shasum -a 256"; sha() {{ shasum -a 256; }}
+else dt=; sha() {{ return 127; }}; fi
+if [ -n "$dt" ]; then emit digest_tool "$dt"; else emit digest_tool_missing "sha256sum, shasum"; fi
 if [ -f "$L" ] && [ -x "$L" ]; then
   emit launcher_dir_real "$(cd "$(dirname "$L")" && pwd -P)"
-  if s=$(sha256sum < "$L"); then emit launcher_sha256 "${{s%% *}}"; fi
+  if s=$(sha < "$L"); then emit launcher_sha256 "${{s%% *}}"; fi
   if v=$("$L" --version 2>&1); then emit launcher_version "$v"; fi
 else
   emit launcher_missing "$L"
 fi
 for dev in {devices}; do [ -e "$dev" ] && emit device "$dev"; done
+if [ -n "${{HOME:-}}" ] && h=$(cd "$HOME" 2>/dev/null && pwd -P); then
+  emit home_real "$h"
+  for n in ssh:.ssh install:.saphan; do
+    if [ -d "$HOME/${{n#*:}}" ]; then r=$(cd "$HOME/${{n#*:}}" && pwd -P); else r=$h/${{n#*:}}; fi
+    emit "${{n%%:*}}_real" "$r"
+  done
+fi
+for t in /tmp /var/tmp /dev/shm "${{TMPDIR:-}}"; do
+  [ -n "$t" ] && [ -d "$t" ] && emit tmp_root "$(cd "$t" && pwd -P)"
+done
 if ! cd "$wd" 2>/dev/null; then emit workdir_missing "$wd"; exit 0; fi
 rwd=$(pwd -P)
 emit workdir "$rwd"
@@ -222,7 +241,7 @@ esac
 case $p in ''|/*) ;; *) p=$rwd/$p ;; esac
 if [ -n "$p" ] && [ -f "$p" ] && [ -x "$p" ]; then
   emit agent_path "$p"
-  if s=$(sha256sum < "$p"); then emit agent_sha256 "${{s%% *}}"; fi
+  if s=$(sha < "$p"); then emit agent_sha256 "${{s%% *}}"; fi
 else
   emit agent_missing "$agent"
 fi
@@ -258,12 +277,14 @@ class Preflight:
 
     raw: dict[str, str]
     devices: tuple[str, ...] = field(default=())
+    #: the far machine's temporary roots (/tmp, /var/tmp, /dev/shm, $TMPDIR), resolved
+    tmp_roots: tuple[str, ...] = field(default=())
 
     def get(self, key: str) -> str | None:
         return self.raw.get(key)
 
     def as_record(self) -> dict[str, Any]:
-        return {**self.raw, "devices": list(self.devices)}
+        return {**self.raw, "devices": list(self.devices), "tmp_roots": list(self.tmp_roots)}
 
 
 def preflight(conn: SSHConnection, *, workdir: str, launcher_path: str, tool: str,
@@ -276,6 +297,7 @@ def preflight(conn: SSHConnection, *, workdir: str, launcher_path: str, tool: st
     )
     done = conn.run(script)
     devices: list[str] = []
+    tmp_roots: list[str] = []
     raw: dict[str, str] = {}
     for item in done.stdout.split(b"\0"):
         key, sep, value = item.partition(b"=")
@@ -284,6 +306,8 @@ def preflight(conn: SSHConnection, *, workdir: str, launcher_path: str, tool: st
         k, v = key.decode(), value.decode(errors="surrogateescape")
         if k == "device":
             devices.append(v)
+        elif k == "tmp_root":
+            tmp_roots.append(v)
         else:
             raw[k] = v
     if done.exit_code != 0 or ("workdir" not in raw and "workdir_missing" not in raw):
@@ -291,7 +315,7 @@ def preflight(conn: SSHConnection, *, workdir: str, launcher_path: str, tool: st
             conn.name, f"machine {conn.name}: the preflight dial failed (exit {done.exit_code}): "
             f"{done.err or 'no answer'}"
         )
-    return Preflight(raw, tuple(devices))
+    return Preflight(raw, tuple(devices), tuple(dict.fromkeys(tmp_roots)))
 
 
 def verify_session_dir(machine: str, pf: Preflight) -> str:
@@ -360,3 +384,55 @@ def holder_liveness(conn: SSHConnection, holder: Holder) -> Liveness:
         rest = stat[stat.rindex(")") + 2 :].split()
         state, ticks = rest[0], int(rest[19])
     return judge(holder, here_boot=boot, ticks=ticks, state=state, where=conn.name)
+
+
+# -- a run's control directory ---------------------------------------------------
+
+_RUN_ID = re.compile(r"^[0-9A-Z]{26}$")
+
+_READ_HOLDER = """\
+f="$HOME"/{dir}/{run}/holder
+i=0
+while [ ! -s "$f" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+cat "$f"
+"""
+
+_READ_STATUS = """\
+f="$HOME"/{dir}/{run}/status
+[ -f "$f" ] && head -c {limit} "$f"
+exit 0
+"""
+
+_FORGET = """\
+d="$HOME"/{dir}/{run}
+rm -f -- "$d/holder" "$d/status" "$d/holder.tmp" && rmdir -- "$d"
+"""
+
+
+def _run(run_id: str) -> str:
+    if not _RUN_ID.match(run_id):
+        raise ValueError(f"not a run id: {run_id!r}")
+    return run_id
+
+
+def read_holder(conn: SSHConnection, run_id: str) -> tuple[int, int, str]:
+    """The far process that holds a run's seat, as the far script wrote it
+    before anything of the run started (pid, start ticks, boot id)."""
+    done = conn.run(_READ_HOLDER.format(dir=CONTROL_DIR, run=_run(run_id)),
+                    timeout=conn.connect_timeout * 2 + 10)
+    parts = done.out.split()
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        raise TransportError(conn.name, f"machine {conn.name}: the far run's holder could not be "
+                             f"read from {CONTROL_DIR}/{run_id}/holder ({done.err or done.out!r})")
+    return int(parts[0]), int(parts[1]), parts[2]
+
+
+def read_status(conn: SSHConnection, run_id: str, limit: int = 1 << 16) -> bytes:
+    """The far launcher's status file (its control lines), at most ``limit`` bytes."""
+    return conn.run(_READ_STATUS.format(dir=CONTROL_DIR, run=_run(run_id), limit=limit)).stdout
+
+
+def forget_run(conn: SSHConnection, run_id: str) -> None:
+    """Remove an ended run's control directory (best effort: it is small)."""
+    with suppress(TransportError):
+        conn.run(_FORGET.format(dir=CONTROL_DIR, run=_run(run_id)))

@@ -16,7 +16,6 @@ recovers it (capacity.py).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 from dataclasses import replace
@@ -34,9 +33,9 @@ from saphan.confine.grants import (
 )
 from saphan.confine.policy import Policy
 from saphan.errors import Interrupted, NotGrantable, PlantedLink, UserError
-from saphan.refusals import CLASSES
 from saphan.run import request as requests
 from saphan.run.end import RunEnd
+from saphan.site import launcher_status
 from saphan.store.rows import Slot
 from saphan.tools import AGENT_TOOLS
 from saphan.tools.binaries import check_pin
@@ -253,7 +252,14 @@ class LocalSite:
         record["output"] = {"stdout": finished.stdout_path, "stderr": finished.stderr_path}
         if finished.status_path is not None:
             record["output"]["status"] = finished.status_path
-            _launcher_status(boundary, finished.status_path, record, end)
+            with open(finished.status_path, "rb") as f:
+                lines = launcher_status.lines_of(f.read(launcher_status.LIMIT))
+            landlock = boundary.mechanism == "landlock"
+            launcher_status.apply(lines, launcher_status.Expected(
+                landlock=landlock,
+                writable=tuple(boundary.policy.writable_set()) if landlock else (),
+                abi=boundary.extra.get("abi") if landlock else None,
+            ), record, end)
         facts = adapter.after_run(finished.stdout_path)
         record.update(facts)
         end.outcome = adapter.outcome(facts) or end.outcome
@@ -485,56 +491,3 @@ def _warn(stream: bool, message: str) -> None:
     """A line for the operator's terminal; what a run chose (file names, git's
     messages about its objects) never reaches it as control characters."""
     print(f"saphan: {protected.printable(message)}", file=sys.stderr, flush=True)
-
-
-#: the launcher's control lines (status.log)
-_CONFIRM = re.compile(r"^saphan-launcher: landlock abi=(\d+) enforced writable=\[(.*?)\]"
-                      r"(?: scopes=\[(.*?)\])?$")
-_REFUSED = re.compile(r"^saphan-launcher: refused \[([a-z-]+)\] (.*)$")
-_EXITED = re.compile(r"^saphan-launcher: exited code=(-?\d+) reaped=(\d+)$")
-
-
-def _launcher_status(boundary: Boundary, path: str, record: dict[str, Any], end: RunEnd) -> None:
-    """What the launcher confirmed, from its own descriptor (nothing the run
-    prints reaches it). The record never claims more than these lines."""
-    with open(path, "rb") as f:
-        lines = [raw.decode(errors="replace").rstrip("\n") for raw in f.read(1 << 16).splitlines()]
-    record["enforced_by"]["status_lines"] = lines
-    for line in lines:
-        m = _REFUSED.match(line)
-        if m:
-            cls, message = m.group(1), m.group(2)
-            record["enforced_by"] = None
-            if cls in CLASSES:
-                raise refusals.of_class(cls, f"saphan-launcher refused: {message}",
-                              f"see the `{cls}` row of docs/refusals.md")
-            record["notes"] = [*record["notes"], f"the launcher refused: {line}"]
-            end.outcome = "failed"
-            return
-    exited = next((m for m in map(_EXITED.match, lines) if m), None)
-    if exited is not None:
-        record["processes_killed_at_end"] = int(exited.group(2))
-    else:
-        record["processes_killed_at_end"] = None
-        record["notes"] = [*record["notes"], "the launcher did not report how the run ended; "
-                           "processes killed at the end are not counted"]
-    if boundary.mechanism != "landlock":
-        return
-    confirm = next((m for m in map(_CONFIRM.match, lines) if m), None)
-    want = boundary.policy.writable_set()
-    if confirm is None or [p for p in confirm.group(2).split(",") if p] != want:
-        claimed = record["enforced_by"]
-        record["enforced_by"] = None
-        record["not_enforced"] = {
-            "claimed_by_composition": claimed,
-            "why": ("saphan-launcher printed no confirmation line" if confirm is None else
-                    f"the launcher confirmed writable=[{confirm.group(2)}], not the policy's "
-                    f"[{','.join(want)}]"),
-        }
-        record["notes"] = [*record["notes"], "NOT ENFORCED: the kernel's confirmation of the "
-                           "Landlock domain is missing or differs from the policy"]
-        if end.outcome == "exited":
-            end.outcome = "failed"
-        return
-    record["enforced_by"]["confirmation"] = confirm.group(0)
-    record["enforced_by"]["scopes"] = [s for s in (confirm.group(3) or "").split(",") if s]

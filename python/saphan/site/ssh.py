@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import posixpath
 import shlex
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,9 @@ from saphan.confine.landlock_gate import FACT_KIND as LANDLOCK_FACT
 from saphan.confine.landlock_gate import gate_row
 from saphan.confine.policy import Policy
 from saphan.errors import Interrupted, TransportError, UserError
+from saphan.refusals import Refusal
 from saphan.run.end import RunEnd
+from saphan.site.far import CONTROL_DIR
 from saphan.store.rows import Machine, Slot
 from saphan.timefmt import now_iso
 from saphan.tools.binaries import check_pin
@@ -62,14 +65,18 @@ NOT_RESTRICTED = (
     "not restricted by this boundary: reads (Landlock grants reading everywhere on the far "
     "machine: anything its user can read, the run can read), network egress (no egress "
     "policy declared), metadata changes (chmod, chown, timestamps, xattrs) outside the "
-    "writable set, which Landlock does not cover at any level, and anything inside the far "
+    "writable set, which Landlock does not cover at any level, anything inside the far "
     "working directory — including its own .git, which Landlock cannot hold read-only "
-    "inside a granted tree"
+    "inside a granted tree — and delegation: a process of the far user outside the run "
+    "(a tmux server, a D-Bus session bus, an ssh-agent) reached through a path unix socket "
+    "acts outside the domain on the run's behalf (measured: a tmux server wrote outside "
+    "the working directory). Signals to processes outside the run and abstract unix "
+    "sockets are scoped only where the confirmation lists them (Landlock ABI 6 and up); "
+    "run remote work under a dedicated account with no user services"
 )
 
-_HOLDER_LINE = "saphan-far-holder: "
-_LAUNCHER_MISMATCH = "saphan-far: launcher-digest-mismatch "
-_CONFIRMATION = "saphan-launcher: landlock "
+#: seconds between two reads of a far holder followed after a lost connection
+FOLLOW_INTERVAL = 1.0
 
 
 class SshSite:
@@ -152,68 +159,131 @@ class SshSite:
         })
 
     def start(self, record: dict[str, Any], end: RunEnd) -> None:
-        """The far script over the connection; output streams back live."""
+        """The far script over the connection; output streams back live.
+
+        Nothing the far process prints is interpreted: its holder (pid, start
+        time, boot id) and the launcher's control lines are read from files
+        in the run's far control directory, over channels of their own
+        (far.CONTROL_DIR; the Landlock domain keeps it unwritable)."""
         from saphan.site import far as far_side
 
-        far, name, seen, run_id = self._far(), self.machine.name, self.seen, record["id"]
+        far, run_id = self._far(), record["id"]
         run_dir = self.ctx.workspace.run_dir(run_id)
-
-        def watch(raw: bytes) -> bool:
-            line = raw.decode(errors="replace")
-            if line.startswith(_HOLDER_LINE):
-                try:
-                    pid_s, ticks_s, boot = line[len(_HOLDER_LINE):].split()
-                    pid, ticks = int(pid_s), int(ticks_s)
-                except ValueError:
-                    return True  # not the far script's line: leave it in view
-                seen.update({"pid": pid, "start_ticks": ticks, "boot_id": boot})
-                self.ctx.store.set_holder(
-                    run_id, (far_side.holder_host(self.machine), pid, ticks, boot))
-                return False
-            if line.startswith(_LAUNCHER_MISMATCH):
-                seen["launcher_sha256_at_start"] = line[len(_LAUNCHER_MISMATCH):].strip()
-                return False
-            if line.startswith(_CONFIRMATION) and "confirmation" not in seen:
-                seen["confirmation"] = line
-            return True
-
         script = run_script(
             launcher=far.delivered["path"], launcher_sha256=far.launcher_sha,
             policy_json=self.policy_json, argv=far.argv, run_id=run_id,
         )
+        record["output"] = {"stdout": str(run_dir / "stdout.log"),
+                            "stderr": str(run_dir / "stderr.log")}
         try:
             finished = far.conn.stream(script, run_dir=str(run_dir), stream=self.stream,
-                                       on_stderr_line=watch)
-        except TransportError:
-            self.leave_live = "pid" in seen
+                                       on_started=lambda: self._read_holder(record))
+        except TransportError as lost:
+            if "pid" not in self.seen:
+                raise
+            # The far process was started and may run on: follow it over a new
+            # connection, or leave its seat held (never freed on doubt).
+            self._follow(record, end, lost)
+            return
+        except Interrupted:
+            self._collect_status(record, end, required=False)
             raise
-        finally:
-            if seen:
-                record["far_process"] = {k: v for k, v in seen.items() if k != "confirmation"}
-            record["enforced_by"]["confirmation"] = seen.get("confirmation")
-            record["output"] = {"stdout": str(run_dir / "stdout.log"),
-                                "stderr": str(run_dir / "stderr.log")}
-        if "launcher_sha256_at_start" in seen:
-            raise refusals.digest_mismatch(
-                f"the launcher at {far.delivered['path']} on {name} hashed to "
-                f"{seen['launcher_sha256_at_start']} as the run started, not the delivered "
-                f"{far.launcher_sha}; nothing was started",
-                f"deliver it again: `saphan machine deliver {name}`, then `saphan machine "
-                f"probe-confinement {name}`; investigate {name} if it recurs",
-            )
         end.exited(finished.exit_code)
+        self._collect_status(record, end)
+        far_side.forget_run(far.conn, run_id)
+
+    def _read_holder(self, record: dict[str, Any]) -> None:
+        """The far process, as the far script wrote it before the launcher
+        started: the seat's holder from here on."""
+        from saphan.site import far as far_side
+
+        far, run_id = self._far(), record["id"]
+        pid, ticks, boot = far_side.read_holder(far.conn, run_id)
+        self.seen.update({"pid": pid, "start_ticks": ticks, "boot_id": boot})
+        record["far_process"] = dict(self.seen)
+        self.ctx.store.set_holder(run_id, (far_side.holder_host(self.machine), pid, ticks, boot))
+
+    def _collect_status(self, record: dict[str, Any], end: RunEnd, *,
+                        conn: Any = None, required: bool = True) -> list[str]:
+        """The launcher's status file, held against what was sent."""
+        from saphan.site import far as far_side
+        from saphan.site import launcher_status
+
+        far = self._far()
+        try:
+            raw = far_side.read_status(conn or far.conn, record["id"])
+        except TransportError as e:
+            if required:
+                raise
+            record["notes"] = [*record.get("notes", []), f"the launcher's status on "
+                               f"{self.machine.name} could not be read: {e}"]
+            return []
+        lines = launcher_status.lines_of(raw)
+        record["output"]["status_far"] = lines
+        launcher_status.apply(lines, launcher_status.Expected(
+            landlock=True, writable=tuple(record["writable"]), abi=far.level,
+            self_sha256=far.launcher_sha,
+        ), record, end, where=self.machine.name)
+        return lines
+
+    def _follow(self, record: dict[str, Any], end: RunEnd, lost: TransportError) -> None:
+        """The connection was lost while the far process ran: dial again and
+        wait for it to end, then record what its launcher reported. If the
+        machine cannot be reached, the row stays live (``settle``)."""
+        from saphan.liveness import Holder
+        from saphan.site import far as far_side
+        from saphan.site import launcher_status
+
+        name = self.machine.name
+        at = now_iso()
+        record["connection_lost"] = {"at": at, "error": str(lost)}
+        self.leave_live = True
+        holder = Holder(far_side.holder_host(self.machine), int(self.seen["pid"]),
+                        int(self.seen["start_ticks"]), str(self.seen["boot_id"]))
+        try:
+            conn = self.ctx.ssh(self.machine)
+            while True:
+                verdict = far_side.holder_liveness(conn, holder)
+                if verdict.state == "dead":
+                    break
+                if verdict.state == "unknown":
+                    raise TransportError(name, verdict.evidence)
+                time.sleep(FOLLOW_INTERVAL)
+            lines = self._collect_status(record, end, conn=conn)
+        except TransportError as e:
+            record["connection_lost"]["follow_error"] = str(e)
+            return
+        self.leave_live = False
+        code = launcher_status.exit_code(lines)
+        if code is None:
+            end.outcome = "failed"
+            record["notes"] = [*record.get("notes", []), (
+                f"the connection to {name} was lost at {at}; the far process has ended since, "
+                "but its launcher reported no exit status")]
+        else:
+            end.exited(code)
+            record["notes"] = [*record.get("notes", []), (
+                f"the connection to {name} was lost at {at}; saphan dialled again and waited "
+                "for the far process to end: output it wrote after the loss is not in this "
+                "record")]
+        far_side.forget_run(conn, record["id"])
 
     def interrupted(self, e: Interrupted) -> str:
         return f"{e}: the far process on {self.machine.name} was hung up (SIGHUP)"
 
     def settle(self, record: dict[str, Any], end: RunEnd) -> bool:
-        """True when the connection was lost while the far process ran: nothing
-        here can say whether it still runs, so its row stays live."""
+        """True when the far process may still run and nothing here could
+        follow it: its row stays live, recorded as connection-lost."""
         if self.leave_live:
+            # The row stays live, so its outcome is not decided yet (the
+            # signed record holds the row's columns): connection_lost says why.
+            record.setdefault("connection_lost", {"at": now_iso()})["followed"] = False
             record["notes"] = [*record.get("notes", []), (
-                f"the connection to {self.machine.name} was lost at {now_iso()} while the far "
-                f"process (pid {self.seen.get('pid')}) ran; the seat stays held by it until "
-                "conflict handling finds it dead or `saphan runs finalize` ends it"
+                f"the connection to {self.machine.name} was lost while the far process "
+                f"(pid {self.seen.get('pid')}) ran, and it could not be followed; the seat "
+                "stays held by it until conflict handling finds it dead (read on that "
+                "machine by pid, start time and boot id) or `saphan runs finalize --force` "
+                "ends it"
             )]
         return self.leave_live
 
@@ -286,6 +356,12 @@ def _check_launcher(name: str, pf: Preflight, delivered: dict[str, Any],
                     row: dict[str, Any]) -> str:
     """The far launcher must be the delivered one AND the one that measured."""
     far = pf.get("launcher_sha256")
+    if far is None and pf.get("digest_tool_missing") is not None:
+        raise refusals.digest_mismatch(
+            f"{name} has no SHA-256 tool (neither sha256sum nor shasum is on its PATH), so "
+            f"the launcher {delivered['path']} cannot be verified there",
+            f"install coreutils (sha256sum) or perl's shasum on {name}",
+        )
     if far is None:
         raise refusals.digest_mismatch(
             f"the delivered launcher {delivered['path']} is missing or unreadable on {name}",
@@ -308,19 +384,48 @@ def _check_launcher(name: str, pf: Preflight, delivered: dict[str, Any],
 
 
 def _check_workdir_apart(name: str, pf: Preflight) -> None:
-    """The far working directory must not hold the launcher that confines it.
+    """The far working directory, as it resolves there, must not be what a
+    run must never hold in its writable set (``workdir-unsafe``, by name):
 
-    Were it so, a run could replace the launcher for the runs after it (the
-    digest checks would then refuse them: a denial of service, not an
-    escape — but the boundary's own program belongs outside its grant).
+    - ``/``, the far user's $HOME itself, or a temporary root (/tmp,
+      /var/tmp, /dev/shm, $TMPDIR) itself: a grant of everything;
+    - anything under ``~/.ssh`` or holding it: the run could append to
+      authorized_keys (measured) or rewrite the client config;
+    - the install directory ``~/.saphan`` (the launcher, each run's control
+      directory), inside or around it: a run could replace the program that
+      confines it, or forge another run's holder and status.
     """
-    rwd, ldir = pf.get("workdir") or "", pf.get("launcher_dir_real") or ""
-    if ldir and (ldir == rwd or ldir.startswith(rwd.rstrip("/") + "/")):
-        raise refusals.workdir_unsafe(
-            f"the working directory {rwd} on {name} contains saphan's launcher directory "
-            f"{ldir}; a run there could replace the program that confines it",
-            "use a working directory outside it",
-        )
+    rwd = pf.get("workdir") or ""
+
+    def within(path: str, root: str) -> bool:
+        return path == root or path.startswith(root.rstrip("/") + "/")
+
+    def refuse(what: str, fix: str) -> Refusal:
+        return refusals.workdir_unsafe(f"the working directory {rwd} on {name} {what}", fix)
+
+    elsewhere = "use a directory of its own for the run (e.g. ~/work/<project>)"
+    if rwd == "/":
+        raise refuse("is the root directory: every file the far user can write would be "
+                     "writable", elsewhere)
+    home = pf.get("home_real")
+    if home and rwd == home:
+        raise refuse(f"is the far user's home directory itself ({home}): its shell "
+                     "start-up files, ~/.ssh and saphan's install would be writable", elsewhere)
+    if rwd in pf.tmp_roots:
+        raise refuse("is a temporary root itself, shared with every process of the machine",
+                     f"{elsewhere}, or a directory under {rwd}")
+    for key, what in (("ssh_real", "the far user's SSH directory"),
+                      ("install_real", "saphan's install directory (the launcher, every "
+                                       "run's control files)"),
+                      ("launcher_dir_real", "saphan's launcher directory")):
+        guarded = pf.get(key)
+        if not guarded:
+            continue
+        if within(rwd, guarded):
+            raise refuse(f"lies inside {what} {guarded}", elsewhere)
+        if within(guarded, rwd):
+            raise refuse(f"contains {what} {guarded}; a run there could rewrite it",
+                         elsewhere)
 
 
 def _agent(name: str, pf: Preflight, argv0: str, wd: str) -> tuple[str, str]:
@@ -337,42 +442,42 @@ def run_script(*, launcher: str, launcher_sha256: str, policy_json: str, argv: l
                run_id: str) -> str:
     """The far side of a run, for /bin/sh.
 
-    The channel's stdin is the lifeline: it is moved to fd 3 and watched by
-    a subshell; when it reaches EOF (saphan closed it on Ctrl-C/SIGTERM, or
-    saphan or the connection died) the far process group is hung up. The
-    launcher is hashed again right before it starts, and the far process's
-    pid, start time (field 22 of /proc/PID/stat) and boot id are reported on
-    stderr so the seat's holder is the far process. ``setsid`` (when present)
-    gives the launcher and its agent their own process group to hang up.
+    1. the run's control directory (far.CONTROL_DIR/<run id>, made new, owner
+       only), outside every grant;
+    2. the holder: this shell's pid, start time (field 22 of /proc/PID/stat)
+       and boot id, written there BEFORE anything of the run starts — the
+       shell then execs the launcher, which keeps its pid and start time;
+    3. the lifeline: the channel's stdin moves to fd 3, watched by a
+       subshell started twice removed (so it is not the launcher's child:
+       outside the run's domain, the launcher's reaper could not signal it);
+       when saphan writes ``stop`` (Ctrl-C/SIGTERM there) the
+       launcher is hung up (it forwards SIGHUP to the command, then kills what
+       is left). A lifeline that only ends (a lost connection, saphan gone)
+       stops nothing: the run goes on and its holder keeps the seat;
+    4. the launcher, which proves its own digest (``--expect-sha256``: it
+       hashes /proc/self/exe, the file actually running) before it applies
+       anything, and writes every control line to ``status`` (fd 4) only.
     """
     q = shlex.quote
-    cmd = " ".join(q(a) for a in [launcher, "exec", "--policy", policy_json, "--", *argv])
+    d = f'"$HOME"/{CONTROL_DIR}/{q(run_id)}'
+    cmd = " ".join(q(a) for a in [launcher, "exec", "--expect-sha256", launcher_sha256,
+                                  "--status-fd", "4", "--policy", policy_json, "--", *argv])
     return f"""\
-L={q(launcher)}
+set -u
+umask 077
+D={d}
+mkdir -p "$HOME"/{CONTROL_DIR} && mkdir "$D" || {{
+  echo "saphan-far: cannot create the run's control directory $D" >&2; exit 125; }}
 SAPHAN_RUN_ID={q(run_id)}
 export SAPHAN_RUN_ID
-s=$(sha256sum < "$L") || s=unreadable
-s=${{s%% *}}
-if [ "$s" != {q(launcher_sha256)} ]; then
-  printf '{_LAUNCHER_MISMATCH}%s\\n' "$s" >&2
-  exit 125
-fi
-exec 3<&0 </dev/null
-if command -v setsid >/dev/null 2>&1; then
-  setsid {cmd} 3<&- &
-else
-  {cmd} 3<&- &
-fi
-c=$!
-t=$(sed 's/.*) //' "/proc/$c/stat" | cut -d' ' -f20)
+t=$(sed 's/.*) //' "/proc/$$/stat" | cut -d' ' -f20)
 b=$(cat /proc/sys/kernel/random/boot_id)
-printf '{_HOLDER_LINE}%s %s %s\\n' "$c" "$t" "$b" >&2
-( read -r _ <&3 || :; kill -HUP -- "-$c" 2>/dev/null || kill -HUP "$c" 2>/dev/null ) \\
-  </dev/null >/dev/null 2>&1 &
-w=$!
-exec 3<&-
-wait "$c"
-s=$?
-kill "$w" 2>/dev/null
-exit "$s"
+printf '%s %s %s\\n' "$$" "$t" "$b" > "$D/holder.tmp" && mv -f "$D/holder.tmp" "$D/holder" || exit 125
+exec 3<&0 </dev/null
+( ( read -r l <&3 || l=
+    if [ "$l" = stop ]; then
+      n=$(sed 's/.*) //' "/proc/$$/stat" 2>/dev/null | cut -d' ' -f20)
+      [ "$n" = "$t" ] && kill -HUP "$$"
+    fi ) </dev/null >/dev/null 2>&1 & )
+exec {cmd} 3<&- 4>"$D/status"
 """

@@ -240,6 +240,7 @@ class SSHConnection:
         except (paramiko.SSHException, OSError, EOFError) as e:
             client.close()
             raise self._fail(f"unreachable: {_describe(e)}") from None
+        _keep_alive(client)
         self._client = client
 
     def _alive(self) -> bool:
@@ -325,15 +326,23 @@ class SSHConnection:
         run_dir: str,
         stream: bool = True,
         on_stderr_line: Callable[[bytes], bool] | None = None,
+        on_started: Callable[[], None] | None = None,
     ) -> Finished:
         """Run ``script``, writing its output to ``stdout.log``/``stderr.log``
         in ``run_dir`` (and this terminal when ``stream``) as it arrives.
 
-        The channel's stdin is the far side's lifeline: it is never written,
-        and closing it (Ctrl-C/SIGTERM here, or this process dying) is what
-        the far script watches for. ``on_stderr_line`` sees each complete
-        stderr line first and returns False to keep it off the terminal
-        (it still goes to the log). No timeout: a run takes what it takes.
+        The channel's stdin is the far side's lifeline: on Ctrl-C/SIGTERM
+        here (or when ``on_started`` fails) :data:`STOP` is written to it and
+        it is closed, which the far script answers by hanging up the run. A
+        lifeline that merely ends (this process died, the connection was
+        lost) stops nothing there: the run goes on, its holder keeps the seat.
+        ``on_started`` is called once, right after the command started (the
+        site reads the far holder over another channel). ``on_stderr_line``
+        sees each complete stderr line and returns False to keep it off the
+        terminal (it still goes to the log); it is never asked to interpret
+        it. No timeout: a run takes what it takes. A channel that closes
+        without an exit status is a lost connection (TransportError), never
+        an exit code.
         """
         paramiko = _paramiko()
 
@@ -353,12 +362,17 @@ class SSHConnection:
             with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f, \
                     _note_signals(got):
                 grace_until: float | None = None
+                if on_started is not None:
+                    try:
+                        on_started()
+                    except BaseException:
+                        _stop(chan)
+                        raise
                 while True:
                     if got and grace_until is None:
                         # Cut the lifeline here, not in the signal handler: the
                         # handler may run while this thread holds the channel's lock.
-                        with suppress(Exception):
-                            chan.shutdown_write()
+                        _stop(chan)
                         grace_until = time.monotonic() + INTERRUPT_GRACE
                     if grace_until is not None and time.monotonic() > grace_until:
                         break
@@ -385,7 +399,10 @@ class SSHConnection:
                                 term_err.flush()
                     if chan.exit_status_ready() and not chan.recv_ready() \
                             and not chan.recv_stderr_ready():
-                        code = chan.recv_exit_status()
+                        # paramiko answers -1 for a channel that closed without
+                        # an exit status: the connection, not the run, ended.
+                        status = chan.recv_exit_status()
+                        code = status if status >= 0 else None
                         break
                     if chan.closed and not moved:
                         break
@@ -406,6 +423,46 @@ class SSHConnection:
         if code is None:
             raise self._fail("the run's channel closed without an exit status (connection lost)")
         return Finished(code, out_path, err_path)
+
+
+#: a keepalive is sent this often (seconds) on an idle connection ...
+KEEPALIVE_INTERVAL = 5
+#: ... and the kernel gives the connection up when sent data stays unacknowledged
+#: this long (TCP_USER_TIMEOUT): a silently dropped peer is noticed within
+#: about KEEPALIVE_INTERVAL + DEAD_AFTER seconds, as a lost connection
+DEAD_AFTER = 15
+
+
+def _keep_alive(client: Any) -> None:
+    """Keepalives on the connection, so a peer that vanished without a word
+    (a cut link, a host that died) ends a run's wait as a lost connection
+    instead of hanging it forever."""
+    import socket
+
+    t = client.get_transport()
+    if t is None:
+        return
+    t.set_keepalive(KEEPALIVE_INTERVAL)
+    sock = getattr(t, "sock", None)
+    if isinstance(sock, socket.socket):
+        with suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_INTERVAL)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, DEAD_AFTER * 1000)
+
+
+#: what the far lifeline watcher reads before it hangs up a run
+STOP = b"stop\n"
+
+
+def _stop(chan: Any) -> None:
+    """Tell the far side to hang up the run, then close the lifeline."""
+    with suppress(Exception):
+        chan.sendall(STOP)
+    with suppress(Exception):
+        chan.shutdown_write()
 
 
 def _drain(chan: Any, out: list[bytes], err: list[bytes]) -> None:

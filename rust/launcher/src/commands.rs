@@ -272,11 +272,14 @@ impl Status {
             })
     }
 
-    /// One control line, on stderr and on the status descriptor (one write,
-    /// so a line never interleaves; a reader that went away is ignored).
+    /// One control line, on the status descriptor first and then on stderr
+    /// (one write each, so a line never interleaves). A reader that went
+    /// away is ignored: stderr may be a pipe to an SSH channel that was lost
+    /// while the run went on, and the status descriptor must still get every
+    /// line (`eprintln!` would panic there).
     fn line(&mut self, line: &str) {
-        eprintln!("{line}");
         self.status_only(line);
+        let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
     }
 
     fn status_only(&mut self, line: &str) {
@@ -287,8 +290,8 @@ impl Status {
 
     /// A refusal: the two lines on stderr, the one line on the descriptor.
     fn refuse(&mut self, r: &Refusal) -> ExitCode {
-        eprintln!("{r}");
         self.status_only(&r.status_line());
+        let _ = std::io::stderr().write_all(format!("{r}\n").as_bytes());
         exit_refused()
     }
 }
