@@ -3,7 +3,7 @@
     sudo python3 bench/remote.py [--runs 30] [--rounds 5]
 
 Builds 4 SSH test hosts (network namespaces + veth + a real sshd each, the
-same hosts tests/remote uses; needs root) and measures, as medians:
+same hosts tests/integration/sshd uses; needs root) and measures, as medians:
 
 1. a remote `/bin/true` run end to end through the Python API with the
    machine's connection reused (reserve, preflight dial, the run on the far
@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from remote.sshhosts import HostSet, missing_parts
+from integration.sshd.sshhosts import HostSet, missing_parts
 
 
 def _median(fn: Callable[[], object], n: int) -> float:

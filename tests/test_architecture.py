@@ -136,3 +136,20 @@ def test_both_sites_implement_the_site_seam() -> None:
 def test_the_engine_is_a_thin_facade() -> None:
     lines = (PKG / "engine.py").read_text().splitlines()
     assert len(lines) <= 230, len(lines)
+
+
+def test_every_module_has_its_test_module() -> None:
+    """python/saphan/<dir>/<name>.py is tested by tests/<dir>/test_<name>.py,
+    or by tests/integration/<tier>/test_<name>.py for the real-system tiers
+    (escape batteries, sshd hosts, races)."""
+    tests = PKG.parent.parent / "tests"
+    missing = []
+    for path in sorted(PKG.rglob("*.py")):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        rel = path.relative_to(PKG)
+        unit = tests / rel.parent / f"test_{rel.stem}.py"
+        tiers = list((tests / "integration").glob(f"*/test_{rel.stem}.py"))
+        if not unit.exists() and not tiers:
+            missing.append(f"{rel} -> {unit.relative_to(tests.parent)}")
+    assert not missing, missing

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from conftest import Saphan, saphan_exe
-from race_harness import NAIVE_TABLE, run_race
 from saphan.capacity import reserve_seat
 from saphan.ids import new_run_id
 from saphan.liveness import Holder, current_holder, process_start_ticks
@@ -39,39 +38,6 @@ def _reserve(store: Store, slot: Slot, holder: Holder | None = None) -> tuple[st
     ordinal = reserve_seat(store, slot, run_id=run_id, tool="command", workdir=None,
                            holder=holder or current_holder())
     return run_id, ordinal
-
-
-@pytest.mark.slow
-def test_race_never_over_admits(database_url: str, tmp_path: Path) -> None:
-    store = _store(database_url, tmp_path)
-    _slot(store, 3)
-    store.close()
-    result = run_race(url=database_url, sqlite_default=str(tmp_path / "unused.db"),
-                      machine="m1", slot="s1", processes=16, rounds=100, mode="saphan",
-                      workdir=tmp_path)
-    assert len(result.max_seen_per_round) == 100
-    for rnd, seen in result.max_seen_per_round.items():
-        assert seen <= 3, f"round {rnd}: witness saw {seen} holders with capacity 3"
-    assert result.max_overlap <= 3
-    # The harness did contend: seats were filled to capacity in most rounds.
-    assert result.admitted >= 100 * 3 * 0.5
-    assert result.max_seen == 3
-    store = _store(database_url, tmp_path)
-    assert store.live_runs("m1", "s1") == []
-    store.close()
-
-
-@pytest.mark.slow
-def test_read_then_act_baseline_over_admits(database_url: str, tmp_path: Path) -> None:
-    """Proof the harness can see the bug the product's design removes."""
-    store = _store(database_url, tmp_path)
-    _slot(store, 3)
-    store.db.execute(NAIVE_TABLE)
-    store.close()
-    result = run_race(url=database_url, sqlite_default=str(tmp_path / "unused.db"),
-                      machine="m1", slot="s1", processes=16, rounds=30, mode="naive",
-                      workdir=tmp_path)
-    assert result.max_seen > 3, f"naive baseline never over-admitted: {result.max_seen}"
 
 
 def test_ordinals_are_distinct_keys_and_none_means_one(database_url: str, tmp_path: Path) -> None:

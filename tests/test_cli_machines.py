@@ -13,7 +13,7 @@ def test_machine_lifecycle(saphan: Saphan, tmp_path: Path) -> None:
     key = tmp_path / "id_ed25519"
     key.write_text("not read: the host key is fetched first\n")
     # An --ssh machine is added only once its host key could be fetched and
-    # pinned (tests/remote covers real hosts); a closed port adds nothing.
+    # pinned (tests/integration/sshd covers real hosts); a closed port adds nothing.
     r = saphan("machine", "add", "far", "--ssh", "agent@127.0.0.1:1", "--identity", str(key))
     assert r.code == 1 and "machine far (127.0.0.1:1) is unreachable" in r.err
     listed = saphan.ok("machine", "list", "--json").json()

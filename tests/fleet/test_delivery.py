@@ -1,6 +1,6 @@
 """Delivery of saphan-launcher (fleet/delivery.py), the parts that need no far
 host: which machines are delivered to, and how an unreachable one is
-reported. Delivery to real SSH hosts is tests/remote/test_delivery.py."""
+reported. Delivery to real SSH hosts is tests/integration/sshd/test_delivery.py."""
 
 from __future__ import annotations
 

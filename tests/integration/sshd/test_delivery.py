@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from remote.conftest import Remote, facts
+from integration.sshd.conftest import Remote, facts
 from saphan import _native
 
 

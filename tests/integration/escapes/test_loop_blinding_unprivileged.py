@@ -1,6 +1,6 @@
 """The loop's blinding, live, with saphan run by an UNPRIVILEGED account.
 
-tests/tools/test_loop_blinding.py runs as whoever runs the suite, which in
+tests/integration/escapes/test_loop_blinding.py runs as whoever runs the suite, which in
 CI is root. As root bubblewrap creates no user namespace, and what keeps a
 jailed process out of other processes' /proc entries is the capability
 check (the jail has none, most root processes have all). A real operator is
@@ -46,11 +46,11 @@ from typing import Any
 
 import click
 import pytest
-from loop_routes import files_under, link_and_outside_turns
-from model_servers import ChatCompletionsServer
 
 import saphan
 from conftest import Saphan, require, saphan_exe
+from tools.loop_routes import files_under, link_and_outside_turns
+from tools.model_servers import ChatCompletionsServer
 
 #: Runs inside the jail as a tool call. Each probe prints one line
 #: ``ROUTE PID COMM: VERDICT``; a verdict is ``FOUND`` (the key's bytes were

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from conftest import Saphan, require, saphan_exe
-from remote.sshhosts import FarHost, HostSet, missing_parts
+from integration.sshd.sshhosts import FarHost, HostSet, missing_parts
 from saphan import _native
 
 

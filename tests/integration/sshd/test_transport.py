@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from remote.conftest import Remote
+from integration.sshd.conftest import Remote
 
 
 def test_add_pins_the_host_key_and_shows_its_fingerprint(far: Remote) -> None:

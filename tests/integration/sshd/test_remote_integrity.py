@@ -9,7 +9,7 @@ import signal
 import subprocess
 import time
 
-from remote.conftest import Remote, pid_alive
+from integration.sshd.conftest import Remote, pid_alive
 
 RUN = ("run", "--machine", "far1", "--slot", "s1")
 

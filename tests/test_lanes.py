@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from model_servers import ChatCompletionsServer
+from tools.model_servers import ChatCompletionsServer
 
 from conftest import Result, Saphan
 

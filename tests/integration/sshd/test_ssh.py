@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import escapes
-from remote.conftest import Remote, pid_alive, stop
+from integration.sshd.conftest import Remote, pid_alive, stop
 
 RUN = ("run", "--machine", "far1", "--slot", "s1")
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from remote.conftest import Remote, pid_alive, stop
+from integration.sshd.conftest import Remote, pid_alive, stop
 from saphan import Engine, Refusal
 from saphan.capacity import reserve_seat
 from saphan.ids import new_run_id

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loop_routes import files_under, link_and_outside_turns
-from model_servers import ChatCompletionsServer
 
 from conftest import Saphan
+from tools.loop_routes import files_under, link_and_outside_turns
+from tools.model_servers import ChatCompletionsServer
 
 ANCESTORS_SH = r"""
 echo "== env"; env

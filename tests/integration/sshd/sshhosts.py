@@ -19,7 +19,7 @@ share addresses. That route also means a host whose veth is taken down fails
 at once (``No route to host``) instead of its packets following the default
 route off this machine.
 
-Used by tests/remote/conftest.py and by bench/remote.py.
+Used by tests/integration/sshd/conftest.py and by bench/remote.py.
 """
 
 from __future__ import annotations

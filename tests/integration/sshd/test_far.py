@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from remote.conftest import Remote
+from integration.sshd.conftest import Remote
 from saphan import Engine, Refusal, RunRecord
 from saphan.ids import new_run_id
 from saphan.liveness import current_holder

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from model_servers import ChatCompletionsServer
 
 import escapes
 from conftest import Saphan
+from tools.model_servers import ChatCompletionsServer
 
 ATTEMPTS = {**escapes.CONTENT, **escapes.METADATA, "remount": "mount -o remount,rw /"}
 
