@@ -91,13 +91,12 @@ class Context:
         return s
 
     def verified_fact(self, machine: str, kind: str) -> tuple[dict[str, Any], str] | None:
-        """A machine fact and when it was measured, after its signature verifies."""
-        from saphan.records import verify_fact
+        """A machine fact and when it was measured, after its signature, its
+        binding to the machine and its freshness verify (fleet/facts.py)."""
+        from saphan.fleet import facts
 
-        fact = self.store.get_fact(machine, kind)
-        if fact is None:
-            return None
-        return verify_fact(self.record_key(), fact), fact.measured_at
+        return facts.read(self.store, self.record_key(), self.workspace.home,
+                          self.machine(machine), kind)
 
     # -- SSH machines ------------------------------------------------------------
     def ssh(self, m: Machine) -> SSHConnection:

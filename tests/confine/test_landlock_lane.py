@@ -13,7 +13,7 @@ import pytest
 import escapes
 from conftest import Saphan, require
 from saphan import _native
-from saphan.records import sign_fact
+from saphan.fleet import facts
 from saphan.store import open_store
 
 RUN = ("run", "--machine", "here", "--slot", "s1", "--boundary", "landlock")
@@ -39,7 +39,9 @@ def _write_row(s: Saphan, **overrides: object) -> None:
     value.update(overrides)
     key = (s.home / "record.key").read_bytes()
     store = open_store("sqlite", s.home / "saphan.db")
-    store.put_fact(sign_fact(key, "here", "landlock", value, "2026-11-29T00:00:00.000000Z"))
+    machine = store.get_machine("here")
+    assert machine is not None
+    facts.write(store, key, s.home, machine, "landlock", value, "2026-11-29T00:00:00.000000Z")
     store.close()
 
 

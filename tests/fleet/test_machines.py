@@ -15,7 +15,7 @@ import pytest
 
 from saphan.context import Context
 from saphan.errors import TransportError, UserError
-from saphan.fleet import machines
+from saphan.fleet import facts, machines
 from saphan.records import sign_fact
 from saphan.refusals import Refusal
 from saphan.store.rows import Machine, Slot
@@ -172,7 +172,8 @@ def test_a_machine_with_a_live_run_is_kept_until_it_finishes(ctx: Context) -> No
                             "`saphan runs finalize ID` first")
     assert ctx.machine("m1")
     ctx.store.finalize("RUN1", state="ended", outcome="exited")
-    ctx.store.put_fact(sign_fact(ctx.record_key(), "m1", "landlock", {"level": 7}, "t"))
+    facts.write(ctx.store, ctx.record_key(), ctx.workspace.home, ctx.machine("m1"), "landlock",
+                {"level": 7}, "t")
     machines.remove_machine(ctx, "m1")
     assert ctx.machines() == [] and ctx.store.list_slots() == [] and ctx.store.list_facts("m1") == []
     assert ctx.store.get_run("RUN1") is not None  # history outlives the machine
@@ -183,12 +184,15 @@ def test_a_machine_with_a_live_run_is_kept_until_it_finishes(ctx: Context) -> No
 def test_facts_are_read_back_verified_with_when_they_were_measured(ctx: Context) -> None:
     machines.add_machine(ctx, "m1", local=True)
     assert machines.machine_facts(ctx, "m1") == {}
-    key = ctx.record_key()
-    ctx.store.put_fact(sign_fact(key, "m1", "landlock", {"level": 7}, "2025-01-01T00:00:00Z"))
-    ctx.store.put_fact(sign_fact(key, "m1", "launcher", {"sha256": "ab"}, "2025-01-02T00:00:00Z"))
+    key, home, m = ctx.record_key(), ctx.workspace.home, ctx.machine("m1")
+    facts.write(ctx.store, key, home, m, "landlock", {"level": 7}, "2025-01-01T00:00:00Z")
+    facts.write(ctx.store, key, home, m, "launcher", {"sha256": "ab"}, "2025-01-02T00:00:00Z")
+    bound = facts.identity(m)
     assert machines.machine_facts(ctx, "m1") == {
-        "landlock": {"value": {"level": 7}, "measured_at": "2025-01-01T00:00:00Z"},
-        "launcher": {"value": {"sha256": "ab"}, "measured_at": "2025-01-02T00:00:00Z"},
+        "landlock": {"value": {"level": 7, "bound_to": bound, "seq": 1},
+                     "measured_at": "2025-01-01T00:00:00Z"},
+        "launcher": {"value": {"sha256": "ab", "bound_to": bound, "seq": 1},
+                     "measured_at": "2025-01-02T00:00:00Z"},
     }
 
 

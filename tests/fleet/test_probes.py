@@ -14,8 +14,7 @@ from saphan import _native, launcher
 from saphan.confine import landlock_gate
 from saphan.context import Context
 from saphan.errors import UserError
-from saphan.fleet import machines, probes
-from saphan.records import sign_fact
+from saphan.fleet import facts, machines, probes
 from saphan.refusals import Refusal
 from saphan.store.rows import Machine
 
@@ -144,8 +143,10 @@ def test_an_ssh_machine_without_a_delivered_launcher_is_told_to_deliver(ctx: Con
 def test_the_delivered_launcher_is_read_from_its_verified_row(ctx: Context) -> None:
     _ssh_machine(ctx)
     value: dict[str, Any] = {"path": "/home/agent/.saphan/bin/saphan-launcher", "sha256": "ab" * 32}
-    ctx.store.put_fact(sign_fact(ctx.record_key(), "far", LAUNCHER_FACT, value, "t"))
-    assert probes.delivered_launcher(ctx, "far") == value
+    facts.write(ctx.store, ctx.record_key(), ctx.workspace.home, ctx.machine("far"),
+                LAUNCHER_FACT, value, "t")
+    got = probes.delivered_launcher(ctx, "far")
+    assert {k: got[k] for k in value} == value and got["seq"] == 1
     fact = ctx.store.get_fact("far", LAUNCHER_FACT)
     assert fact is not None
     ctx.store.put_fact(fact._replace(value_json=json.dumps({**value, "path": "/tmp/planted"})))

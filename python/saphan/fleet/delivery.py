@@ -31,7 +31,7 @@ def deliver(
 
     from saphan import launcher
     from saphan.errors import TransportError
-    from saphan.records import sign_fact
+    from saphan.fleet import facts
     from saphan.site import far as remote
     from saphan.transport.ssh import SSHConnection
 
@@ -96,8 +96,9 @@ def deliver(
                 value = {"path": res["path"], "sha256": res["sha256"],
                          "version": res["version"], "transport": "ssh",
                          "measured_by": "sha256sum and --version on the machine itself"}
-                fact = sign_fact(key, res["machine"], remote.FACT_KIND, value, now_iso())
-                ctx.store.put_fact(fact)
+                fact = facts.write(ctx.store, key, ctx.workspace.home,
+                                   ctx.machine(res["machine"]), remote.FACT_KIND, value,
+                                   now_iso())
                 res["delivered_at"] = fact.measured_at
             raw = res.pop("probe_raw", None)
             if raw is not None:

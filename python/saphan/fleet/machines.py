@@ -92,10 +92,10 @@ def remove_machine(ctx: Context, name: str) -> None:
 
 
 def machine_facts(ctx: Context, name: str) -> dict[str, Any]:
-    from saphan.records import verify_fact
-
-    key = ctx.record_key()
-    return {
-        f.kind: {"value": verify_fact(key, f), "measured_at": f.measured_at}
-        for f in ctx.store.list_facts(name)
-    }
+    """Every fact of the machine, verified (signature, binding, freshness)."""
+    out: dict[str, Any] = {}
+    for f in ctx.store.list_facts(name):
+        got = ctx.verified_fact(name, f.kind)
+        if got is not None:
+            out[f.kind] = {"value": got[0], "measured_at": got[1]}
+    return out

@@ -42,11 +42,11 @@ def probe_confinement(ctx: Context, name: str) -> dict[str, Any]:
 
 def record_probe(ctx: Context, name: str, value: dict[str, Any]) -> dict[str, Any]:
     from saphan.confine.landlock_gate import FACT_KIND
-    from saphan.records import sign_fact
+    from saphan.fleet import facts
 
-    fact = sign_fact(ctx.record_key(), name, FACT_KIND, value, now_iso())
-    ctx.store.put_fact(fact)
-    return {"machine": name, "measured_at": fact.measured_at, **value}
+    fact = facts.write(ctx.store, ctx.record_key(), ctx.workspace.home, ctx.machine(name),
+                       FACT_KIND, value, now_iso())
+    return {"machine": name, "measured_at": fact.measured_at, **json.loads(fact.value_json)}
 
 
 def delivered_launcher(ctx: Context, name: str) -> dict[str, Any]:

@@ -9,7 +9,17 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from integration.sshd.conftest import Remote, pid_alive
+from saphan import Engine, Refusal
+from saphan.ids import new_run_id
+from saphan.liveness import current_holder
+from saphan.run import pipeline
+from saphan.run.reserve import reserve
+from saphan.site.ssh import SshSite
+from saphan.store import Store, open_store
+from saphan.timefmt import now_iso
 
 RUN = ("run", "--machine", "far1", "--slot", "s1")
 
@@ -150,3 +160,83 @@ def test_kill_of_its_own_sshd_from_inside_is_refused_by_the_scope(far: Remote) -
     rec = far.record()
     assert rec["outcome"] == "exited" and "connection_lost" not in rec
     assert rec["enforced_by"]["scopes"] == ["signal", "abstract-unix-socket"]
+
+
+def _store(far: Remote) -> Store:
+    return open_store("sqlite", far.s.home / "saphan.db")
+
+
+def test_a_repointed_machine_is_refused_until_probed_again(far: Remote) -> None:
+    """far1's row is re-pointed in the store at far2 (its host and host key):
+    its signed Landlock and launcher rows were measured on far1, so they say
+    nothing about far2 — refused by name, until far2 is delivered and probed."""
+    far.ready("far1")
+    far.add("far2")
+    wd = far.host("far1").mkdir("repoint/wd")
+    far.ok(*RUN, "--workdir", str(wd), "--", "true")
+    store = _store(far)
+    try:
+        other = store.get_machine("far2")
+        assert other is not None
+        store.db.execute("UPDATE machines SET ssh_host = ?, ssh_user = ?, host_key = ? "
+                         "WHERE name = ?", (other.ssh_host, other.ssh_user, other.host_key, "far1"))
+    finally:
+        store.close()
+    wd2 = far.host("far2").mkdir("repoint/wd")
+    r = far(*RUN, "--workdir", str(wd2), "--", "sh", "-c", "echo ran > ran.txt")
+    assert r.code == 3 and "refused [record-signature-invalid]" in r.err, r.err
+    assert "was re-pointed since" in r.err and "now names ssh:" in r.err
+    assert not (wd2 / "ran.txt").exists()
+    far.ok("machine", "deliver", "far1", "--probe")
+    far.ok(*RUN, "--workdir", str(wd2), "--", "sh", "-c", "echo ran > ran.txt")
+    assert (wd2 / "ran.txt").read_text() == "ran\n"
+
+
+def test_an_older_landlock_row_put_back_is_refused(far: Remote) -> None:
+    far.ready("far1")
+    wd = far.host("far1").mkdir("replay/wd")
+    store = _store(far)
+    try:
+        old = store.get_fact("far1", "landlock")
+        assert old is not None
+        far.ok("machine", "probe-confinement", "far1")  # a newer measurement
+        store.put_fact(old)  # and the older row restored over it
+    finally:
+        store.close()
+    r = far(*RUN, "--workdir", str(wd), "--", "true")
+    assert r.code == 3 and "refused [record-signature-invalid]" in r.err, r.err
+    assert "number 1 of its kind, but this workspace has seen number 2" in r.err
+
+
+def test_a_launcher_swapped_between_check_and_exec_is_refused(far: Remote) -> None:
+    """The far launcher is replaced after the preflight measured it and
+    before the run execs it (the window an inotify watcher won, measured):
+    the launcher hashes /proc/self/exe against the digest sent, and refuses."""
+    far.ready("far1")
+    h = far.host("far1")
+    wd = h.mkdir("swap/wd")
+    launcher = h.home / ".saphan" / "bin" / "saphan-launcher"
+    engine = Engine(far.s.home)
+    try:
+        base = {"id": new_run_id(), "machine": "far1", "slot": "s1", "tool": "command",
+                "argv": ["sh"], "saphan_version": "test", "requested_at": now_iso()}
+        m = engine.machine("far1")
+        site = SshSite(engine.ctx, engine.slot("far1", "s1"), m,
+                       ["sh", "-c", "echo ran > ran.txt"],
+                       workdir=SshSite.far_workdir(m, str(wd)), stream=False)
+        base["workdir"] = site.workdir
+        site.inspect(base)  # the preflight measured the delivered launcher
+        # Swap: the same program plus one byte (it still runs), renamed over it.
+        swapped = launcher.with_name("swapped")
+        h.as_user("sh", "-c", f"cat {launcher} > {swapped} && printf x >> {swapped} && "
+                              f"chmod 755 {swapped} && mv -f {swapped} {launcher}")
+        base["session_ordinal"] = reserve(engine.ctx, engine.slot("far1", "s1"), base,
+                                          site.workdir, current_holder(), remote=site.liveness())
+        with pytest.raises(Refusal) as e:
+            pipeline.execute(engine.ctx, site, base)
+    finally:
+        engine.close()
+    assert e.value.cls == "digest-mismatch" and "/proc/self/exe" in e.value.message
+    rec = far.record(base["id"])
+    assert rec["outcome"] == "refused" and rec["enforced_by"] is None
+    assert not (wd / "ran.txt").exists()

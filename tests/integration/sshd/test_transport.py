@@ -44,7 +44,12 @@ def test_unpinned_host_key_is_never_accepted(far: Remote) -> None:
     db.execute("UPDATE machines SET host_key = NULL WHERE name = 'far1'")
     db.commit()
     db.close()
+    # The machine's rows were bound to the pinned key: they are not believed now.
     r = far("machine", "probe-confinement", "far1")
+    assert r.code == 3 and "refused [record-signature-invalid]" in r.err, r.err
+    assert "now names ssh:" in r.err and "no-host-key" in r.err
+    # And nothing connects without a pinned key.
+    r = far("machine", "deliver", "far1")
     assert r.code == 1
     assert "no host key is pinned" in r.err and "never accepted" in r.err
 
