@@ -1,0 +1,131 @@
+"""site/launcher_status.py: the launcher's status lines held against what was
+sent. The record claims the Landlock domain only on a confirmation that
+matches; a refusal line is that Refusal; an unknown class is only noted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from saphan.refusal_table import CLASSES
+from saphan.refusals import Refusal
+from saphan.run.end import RunEnd
+from saphan.site.launcher_status import LIMIT, Expected, apply, exit_code, lines_of
+
+SHA = "a" * 64
+OTHER_SHA = "b" * 64
+EXPECTED = Expected(landlock=True, writable=("/work", "/tmp/x"), abi=7, self_sha256=SHA)
+CONFIRM = "saphan-launcher: landlock abi=7 enforced writable=[/work,/tmp/x] scopes=[signal,abstract]"
+EXITED = "saphan-launcher: exited code=0 reaped=2"
+
+
+def _record() -> dict[str, Any]:
+    return {"id": "R1", "enforced_by": {"mechanism": "landlock"}, "notes": []}
+
+
+def _ended(code: int = 0) -> RunEnd:
+    end = RunEnd()
+    end.exited(code)
+    return end
+
+
+def test_a_matching_confirmation_is_recorded() -> None:
+    record, end = _record(), _ended()
+    lines = [f"saphan-launcher: self sha256={SHA}", CONFIRM, EXITED]
+    apply(lines, EXPECTED, record, end)
+    assert record["enforced_by"]["confirmation"] == CONFIRM
+    assert record["enforced_by"]["scopes"] == ["signal", "abstract"]
+    assert record["enforced_by"]["status_lines"] == lines
+    assert record["processes_killed_at_end"] == 2
+    assert "not_enforced" not in record
+    assert end.outcome == "exited"
+
+
+@pytest.mark.parametrize(("lines", "why"), [
+    ([f"saphan-launcher: self sha256={SHA}", EXITED], "no confirmation line"),
+    ([f"saphan-launcher: self sha256={SHA}",
+      "saphan-launcher: landlock abi=7 enforced writable=[/work] scopes=[]", EXITED],
+     "not the policy's [/work,/tmp/x]"),
+    ([f"saphan-launcher: self sha256={SHA}",
+      "saphan-launcher: landlock abi=5 enforced writable=[/work,/tmp/x] scopes=[]", EXITED],
+     "Landlock ABI 5, not the measured 7"),
+    ([f"saphan-launcher: self sha256={OTHER_SHA}", CONFIRM, EXITED],
+     f"sha256 {OTHER_SHA}, not the {SHA} sent"),
+    ([CONFIRM, EXITED], "did not confirm its own digest"),
+    ([f"saphan-launcher: self sha256={SHA}", CONFIRM, CONFIRM, EXITED], "more than one confirmation"),
+], ids=["missing", "other-writable", "other-abi", "other-digest", "no-digest", "two-confirmations"])
+def test_a_confirmation_that_does_not_match_is_not_enforced(lines: list[str], why: str) -> None:
+    record, end = _record(), _ended()
+    claimed = dict(record["enforced_by"])
+    apply(lines, EXPECTED, record, end, where="runner1")
+    assert record["enforced_by"] is None
+    assert why in record["not_enforced"]["why"]
+    assert record["not_enforced"]["claimed_by_composition"]["mechanism"] == claimed["mechanism"]
+    assert any("NOT ENFORCED" in n and "on runner1" in n for n in record["notes"])
+    assert end.outcome == "failed"
+
+
+def test_a_failed_run_stays_failed_and_keeps_its_code_when_not_enforced() -> None:
+    record, end = _record(), _ended(5)
+    apply(["saphan-launcher: exited code=5 reaped=0"], EXPECTED, record, end)
+    assert record["enforced_by"] is None and end.outcome == "failed" and end.exit_code == 5
+
+
+def test_without_landlock_no_confirmation_is_needed() -> None:
+    record, end = {"id": "R1", "enforced_by": {"mechanism": "bubblewrap"}}, _ended()
+    apply([EXITED], Expected(landlock=False), record, end)
+    assert record["enforced_by"]["mechanism"] == "bubblewrap"
+    assert "not_enforced" not in record and end.outcome == "exited"
+
+
+def test_a_missing_exited_line_is_noted_and_not_counted() -> None:
+    record, end = {"id": "R1", "enforced_by": None}, _ended()
+    apply([], Expected(landlock=False), record, end)
+    assert record["processes_killed_at_end"] is None
+    assert any("did not report how the run ended" in n for n in record["notes"])
+
+
+@pytest.mark.parametrize("cls", sorted(CLASSES))
+def test_a_refused_line_is_that_refusal(cls: str) -> None:
+    record, end = _record(), _ended()
+    with pytest.raises(Refusal) as got:
+        apply([f"saphan-launcher: refused [{cls}] the measured thing is 3"], EXPECTED, record, end,
+              where="runner1")
+    assert got.value.cls == cls
+    assert got.value.message == "saphan-launcher on runner1 refused: the measured thing is 3"
+    assert cls in got.value.remediation
+    assert record["enforced_by"] is None
+
+
+def test_a_refused_line_with_an_unknown_class_is_only_noted() -> None:
+    record, end = _record(), _ended()
+    line = "saphan-launcher: refused [made-up-class] something"
+    apply([line, CONFIRM], EXPECTED, record, end)
+    assert record["enforced_by"] is None
+    assert record["notes"] == [f"the launcher refused: {line}"]
+    assert end.outcome == "failed"
+
+
+def test_lines_the_run_could_print_are_not_control() -> None:
+    """A line that merely contains the control text (indented, prefixed) is no confirmation."""
+    record, end = _record(), _ended()
+    apply([f"saphan-launcher: self sha256={SHA}", " " + CONFIRM, "x" + CONFIRM, EXITED],
+          EXPECTED, record, end)
+    assert record["enforced_by"] is None and end.outcome == "failed"
+
+
+def test_exit_code() -> None:
+    assert exit_code(["noise", "saphan-launcher: exited code=42 reaped=0"]) == 42
+    assert exit_code(["saphan-launcher: exited code=-9 reaped=1"]) == -9
+    assert exit_code(["saphan-launcher: exited code=x reaped=1"]) is None
+    assert exit_code([]) is None
+
+
+def test_lines_of_reads_at_most_the_limit_and_strips_carriage_returns() -> None:
+    assert lines_of(b"a\r\nb\n\xffc") == ["a", "b", "\ufffdc"]
+    raw = b"x" * (LIMIT - 1) + b"\n" + b"saphan-launcher: exited code=0 reaped=0\n"
+    got = lines_of(raw)
+    assert got == ["x" * (LIMIT - 1)]
+    assert exit_code(got) is None
+    assert lines_of(b"x" * (LIMIT + 10)) == ["x" * LIMIT]
