@@ -16,9 +16,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from tools.model_servers import ChatCompletionsServer
 
 from conftest import Result, Saphan
+from tools.model_servers import ChatCompletionsServer
 
 
 def _keyfile(tmp_path: Path, name: str = "lane.key", *, mode: int = 0o600) -> tuple[Path, str]:

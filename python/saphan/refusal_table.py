@@ -50,4 +50,7 @@ CLASSES: dict[str, str] = {
         "a path saphan was about to create, read or grant in the working directory holds a "
         "planted link or is not what saphan made (named in the message)"
     ),
+    "host-key-mismatch": (
+        "an SSH machine presented another host key than the one pinned at `machine add`"
+    ),
 }

@@ -193,3 +193,10 @@ def workdir_unsafe(message: str, remediation: str) -> Refusal:
     holds a planted link or is not what saphan made (named in the message).
     """
     return Refusal("workdir-unsafe", message, remediation)
+
+
+def host_key_mismatch(message: str, remediation: str) -> Refusal:
+    """``host-key-mismatch``: an SSH machine presented another host key than the one pinned at
+    `machine add`.
+    """
+    return Refusal("host-key-mismatch", message, remediation)

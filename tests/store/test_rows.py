@@ -10,15 +10,18 @@ RUN = ("01RUN", "m", "s", 2, "running", "2030-01-01T00:00:00Z", None, "host", 42
 
 
 def test_a_local_machine_is_addressed_as_local() -> None:
-    m = Machine.from_row(("m", "local", None, None, None, None, None, "t"))
+    m = Machine.from_row(("m", "local", None, None, None, None, None, "t", 0, None))
     assert m == Machine("m", "local", created_at="t")
     assert m.address() == "local"
     assert m.as_dict() == {"name": "m", "transport": "local", "address": "local",
-                           "identity_file": None, "host_key": None, "created_at": "t"}
+                           "identity_file": None, "host_key": None, "created_at": "t",
+                           "ssh_agent": False, "proxy_jump": None}
 
 
 def test_an_ssh_machine_is_addressed_user_at_host_port() -> None:
-    m = Machine.from_row(("far", "ssh", "agent", "10.0.0.5", 2222, "/k", "ssh-ed25519 AAAA", "t"))
+    m = Machine.from_row(("far", "ssh", "agent", "10.0.0.5", 2222, "/k", "ssh-ed25519 AAAA", "t", 1,
+                          None))
+    assert m.ssh_agent is True
     assert m.address() == "agent@10.0.0.5:2222"
     assert m.as_dict()["address"] == "agent@10.0.0.5:2222"
     assert (m.as_dict()["identity_file"], m.as_dict()["host_key"]) == ("/k", "ssh-ed25519 AAAA")

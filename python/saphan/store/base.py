@@ -67,7 +67,7 @@ class Store:
         got = self.db.execute(
             q.INSERT_MACHINE,
             (m.name, m.transport, m.ssh_user, m.ssh_host, m.ssh_port, m.identity_file,
-             m.host_key, m.created_at or now_iso()),
+             m.host_key, m.created_at or now_iso(), 1 if m.ssh_agent else 0, m.proxy_jump),
         )
         return bool(got)
 

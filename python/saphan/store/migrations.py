@@ -135,6 +135,17 @@ MIGRATIONS: list[tuple[int, str, list[Statement]]] = [
             ),
         ],
     ),
+    (
+        4,
+        "machine-ssh-agent-and-jump",
+        [
+            # An SSH machine may authenticate through the operator's ssh-agent
+            # (opt-in, 0/1), and may be reached through a jump host:
+            # "user@host:port <pinned host key line>" (NULL: direct).
+            "ALTER TABLE machines ADD COLUMN ssh_agent INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE machines ADD COLUMN proxy_jump TEXT",
+        ],
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

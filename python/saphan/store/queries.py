@@ -25,11 +25,12 @@ RECORD_MIGRATION = "INSERT INTO schema_migrations (version, name, applied_at) VA
 # -- machines -----------------------------------------------------------------
 INSERT_MACHINE = """
 INSERT INTO machines (name, transport, ssh_user, ssh_host, ssh_port, identity_file, host_key,
-                      created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                      created_at, ssh_agent, proxy_jump)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (name) DO NOTHING
 RETURNING name"""
-MACHINE_COLUMNS = "name, transport, ssh_user, ssh_host, ssh_port, identity_file, host_key, created_at"
+MACHINE_COLUMNS = ("name, transport, ssh_user, ssh_host, ssh_port, identity_file, host_key, "
+                   "created_at, ssh_agent, proxy_jump")
 GET_MACHINE = f"SELECT {MACHINE_COLUMNS} FROM machines WHERE name = ?"
 LIST_MACHINES = f"SELECT {MACHINE_COLUMNS} FROM machines ORDER BY name"
 DELETE_MACHINE_FACTS = "DELETE FROM machine_facts WHERE machine = ?"

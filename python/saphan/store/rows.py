@@ -21,10 +21,15 @@ class Machine(NamedTuple):
     identity_file: str | None = None
     host_key: str | None = None
     created_at: str = ""
+    #: authenticate through the operator's ssh-agent (opt-in at `machine add`)
+    ssh_agent: bool = False
+    #: reached through this jump host: "user@host:port <pinned host key line>"
+    proxy_jump: str | None = None
 
     @classmethod
     def from_row(cls, r: Row) -> Machine:
-        return cls(*r)
+        name, transport, user, host, port, ident, key, created, agent, jump = r
+        return cls(name, transport, user, host, port, ident, key, created, bool(agent), jump)
 
     def address(self) -> str:
         if self.transport == "local":
@@ -39,6 +44,8 @@ class Machine(NamedTuple):
             "identity_file": self.identity_file,
             "host_key": self.host_key,
             "created_at": self.created_at,
+            "ssh_agent": self.ssh_agent,
+            "proxy_jump": self.proxy_jump,
         }
 
 

@@ -34,6 +34,7 @@ from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from saphan import refusals
 from saphan.errors import Interrupted, TransportError
 from saphan.store.rows import Machine
 from saphan.transport.local import Finished
@@ -113,20 +114,32 @@ def _describe(e: BaseException) -> str:
     return text or type(e).__name__
 
 
-def fetch_host_key(name: str, host: str, port: int, *, timeout: float) -> HostKey:
+def fetch_host_key(name: str, host: str, port: int, *, timeout: float,
+                   via: Jump | None = None) -> HostKey:
     """The key the server presents now (to be pinned at ``machine add``).
 
     Only the key exchange runs; nothing is authenticated and nothing is
-    trusted here — the caller shows the fingerprint to the operator.
+    trusted here — the caller shows the fingerprint to the operator (and
+    holds it against ``--expect-fingerprint`` / ``--known-hosts``). ``via``:
+    reach it through that jump host (whose own key is pinned already).
     """
     paramiko = _paramiko()
 
     where = f"{host}:{port}"
+    jump_client = None
     try:
-        sock = socket.create_connection((host, port), timeout=timeout)
+        if via is not None:
+            jump_client = via.connect(timeout=timeout)
+            sock: Any = _jump_channel(jump_client, host, port, timeout=timeout)
+        else:
+            sock = socket.create_connection((host, port), timeout=timeout)
     except OSError as e:
         raise TransportError(
             name, f"machine {name} ({where}) is unreachable: {_describe(e)}"
+        ) from None
+    except paramiko.SSHException as e:
+        raise TransportError(
+            name, f"machine {name} ({where}) is unreachable through {via}: {_describe(e)}"
         ) from None
     transport = paramiko.Transport(sock)
     try:
@@ -141,6 +154,70 @@ def fetch_host_key(name: str, host: str, port: int, *, timeout: float) -> HostKe
     finally:
         transport.close()
         sock.close()
+        if jump_client is not None:
+            jump_client.close()
+
+
+@dataclass(frozen=True)
+class Jump:
+    """A jump host (ProxyJump), with its own pinned key: ``user@host:port``
+    and the ``"<type> <base64>"`` line, as the machine's row stores them."""
+
+    user: str
+    host: str
+    port: int
+    host_key: str
+    identity_file: str | None = None
+    agent: bool = False
+
+    @classmethod
+    def parse(cls, text: str, *, identity_file: str | None, agent: bool) -> Jump:
+        target, _, key = text.partition(" ")
+        user, _, hostport = target.rpartition("@")
+        host, _, port = hostport.rpartition(":")
+        return cls(user, host.strip("[]"), int(port), key.strip(), identity_file, agent)
+
+    def row(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.user}@{host}:{self.port} {self.host_key}"
+
+    def __str__(self) -> str:
+        return f"jump host {self.user}@{self.host}:{self.port}"
+
+    def connect(self, *, timeout: float, passphrase: str | None = None) -> Any:
+        """An authenticated client to the jump host, trusting exactly its pinned key."""
+        return _client(self.host, self.port, self.user, self.host_key, self.identity_file,
+                       self.agent, timeout=timeout, passphrase=passphrase)
+
+
+def _jump_channel(jump_client: Any, host: str, port: int, *, timeout: float) -> Any:
+    t = jump_client.get_transport()
+    return t.open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout)
+
+
+def _client(host: str, port: int, user: str, host_key: str, identity: str | None,
+            agent: bool, *, timeout: float, sock: Any = None,
+            passphrase: str | None = None) -> Any:
+    """An authenticated paramiko client trusting exactly ``host_key``; its
+    exceptions are left to the caller (who names the machine)."""
+    paramiko = _paramiko()
+    pinned = HostKey(host_key)
+    client = paramiko.SSHClient()
+    # Only the pinned key: no system or user known_hosts is loaded, and
+    # an absent key is rejected by the policy rather than added.
+    client.set_missing_host_key_policy(_reject_unpinned())
+    key = paramiko.PKey.from_type_string(pinned.type, base64.b64decode(pinned.line.split()[1]))
+    client.get_host_keys().add(_hostkey_name(host, port), pinned.type, key)
+    try:
+        client.connect(
+            host, port=port, username=user, key_filename=identity, passphrase=passphrase,
+            timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
+            channel_timeout=timeout, allow_agent=agent, look_for_keys=False, sock=sock,
+        )
+    except BaseException:
+        client.close()
+        raise
+    return client
 
 
 @dataclass(frozen=True)
@@ -174,6 +251,8 @@ class SSHConnection:
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self._client: paramiko.SSHClient | None = None
+        self._jump_client: paramiko.SSHClient | None = None
+        self._passphrase: str | None = None
 
     @property
     def name(self) -> str:
@@ -195,7 +274,8 @@ class SSHConnection:
         self.close()
         paramiko = _paramiko()
         m = self.machine
-        assert m.ssh_host is not None
+        if m.ssh_host is None:
+            raise self._fail("it has no SSH address")
         port = m.ssh_port or 22
         if not m.host_key:
             raise self._fail(
@@ -204,44 +284,82 @@ class SSHConnection:
                 f"{m.name} --ssh {m.ssh_user}@{m.ssh_host}:{port} --identity FILE`"
             )
         pinned = HostKey(m.host_key)
-        client = paramiko.SSHClient()
-        # Only the pinned key: no system or user known_hosts is loaded, and
-        # an absent key is rejected by the policy rather than added.
-        client.set_missing_host_key_policy(_reject_unpinned())
         try:
-            key = paramiko.PKey.from_type_string(pinned.type, base64.b64decode(pinned.line.split()[1]))
-        except (paramiko.SSHException, ValueError) as e:
-            raise self._fail(f"the pinned host key cannot be read ({e}); re-add the machine") from None
-        client.get_host_keys().add(_hostkey_name(m.ssh_host, port), pinned.type, key)
+            _ = pinned.fingerprint
+        except (ValueError, IndexError) as e:
+            raise self._fail(f"the pinned host key cannot be read ({e}); re-add the machine") \
+                from None
+        jump = (Jump.parse(m.proxy_jump, identity_file=m.identity_file, agent=m.ssh_agent)
+                if m.proxy_jump else None)
+        while True:
+            try:
+                self._connect_once(m, port, jump)
+                return
+            except paramiko.PasswordRequiredException:
+                self._passphrase = self._ask_passphrase(m)
+            except paramiko.BadHostKeyException as e:
+                shown = fingerprint(e.key.get_name() + " " + e.key.get_base64())
+                raise refusals.host_key_mismatch(
+                    f"machine {m.name} ({self.where}): {e.hostname} presents host key "
+                    f"{e.key.get_name()} {shown}, but {self._pinned_for(e.hostname, jump)} was "
+                    "pinned at `saphan machine add`: this may be a different machine or an "
+                    "interception; nothing was sent to it",
+                    "confirm the new fingerprint with the machine's owner out of band, then "
+                    f"`saphan machine remove {m.name}` and `saphan machine add {m.name} --ssh "
+                    "… --expect-fingerprint SHA256:…`",
+                ) from None
+            except paramiko.AuthenticationException as e:
+                how = ("the ssh-agent's keys" if m.ssh_agent and not m.identity_file
+                       else f"identity {m.identity_file}"
+                       + (" and the ssh-agent" if m.ssh_agent else ""))
+                raise self._fail(
+                    f"authentication failed for user {m.ssh_user} with {how} ({_describe(e)}); "
+                    "check the public key is in that user's authorized_keys"
+                ) from None
+            except (paramiko.SSHException, OSError, EOFError) as e:
+                raise self._fail(f"unreachable: {_describe(e)}") from None
+
+    def _connect_once(self, m: Machine, port: int, jump: Jump | None) -> None:
+        if m.ssh_host is None or m.ssh_user is None or m.host_key is None:
+            raise self._fail("its SSH address is incomplete; re-add the machine")
+        sock = None
+        jump_client = None
+        if jump is not None:
+            jump_client = jump.connect(timeout=self.connect_timeout, passphrase=self._passphrase)
+            sock = _jump_channel(jump_client, m.ssh_host, port, timeout=self.connect_timeout)
         try:
-            client.connect(
-                m.ssh_host, port=port, username=m.ssh_user, key_filename=m.identity_file,
-                timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
-                auth_timeout=self.connect_timeout, channel_timeout=self.connect_timeout,
-                allow_agent=False, look_for_keys=False,
-            )
-        except paramiko.BadHostKeyException as e:
-            client.close()
-            raise self._fail(
-                f"refused: the host key changed — it presents {e.key.get_name()} "
-                f"{fingerprint(e.key.get_name() + ' ' + e.key.get_base64())}, but "
-                f"{pinned.type} {pinned.fingerprint} was pinned at `saphan machine add`. "
-                "This may be a different machine or an interception; confirm the new "
-                "fingerprint with the machine's owner, then `saphan machine remove "
-                f"{m.name}` and add it again"
-            ) from None
-        except paramiko.AuthenticationException as e:
-            client.close()
-            raise self._fail(
-                f"authentication failed for user {m.ssh_user} with identity "
-                f"{m.identity_file} ({_describe(e)}); check the key is in that user's "
-                "authorized_keys"
-            ) from None
-        except (paramiko.SSHException, OSError, EOFError) as e:
-            client.close()
-            raise self._fail(f"unreachable: {_describe(e)}") from None
+            client = _client(m.ssh_host, port, m.ssh_user, m.host_key, m.identity_file,
+                             m.ssh_agent, timeout=self.connect_timeout, sock=sock,
+                             passphrase=self._passphrase)
+        except BaseException:
+            if jump_client is not None:
+                jump_client.close()
+            raise
         _keep_alive(client)
         self._client = client
+        self._jump_client = jump_client
+
+    def _pinned_for(self, at: str, jump: Jump | None) -> str:
+        """The pinned key that ``at`` (paramiko's name of the host that
+        answered) was held against: the jump host's or the machine's."""
+        host = self.machine.ssh_host or ""
+        if jump is not None and jump.host in at and host not in at:
+            return f"{HostKey(jump.host_key).fingerprint} (the {jump})"
+        return HostKey(self.machine.host_key or "").fingerprint
+
+    def _ask_passphrase(self, m: Machine) -> str:
+        """An encrypted identity: asked for on a terminal, never stored."""
+        if self._passphrase is not None or not (sys.stdin.isatty() and sys.stderr.isatty()):
+            why = ("the passphrase given was wrong" if self._passphrase is not None else
+                   "there is no terminal to ask for its passphrase on")
+            raise self._fail(
+                f"the identity file {m.identity_file} is encrypted and {why}; use a key "
+                "without a passphrase dedicated to saphan, or load it into your ssh-agent and "
+                f"re-add the machine with --ssh-agent"
+            )
+        import getpass
+
+        return getpass.getpass(f"passphrase for {m.identity_file} (machine {m.name}): ")
 
     def _alive(self) -> bool:
         t = self._client.get_transport() if self._client is not None else None
@@ -256,10 +374,11 @@ class SSHConnection:
         return t
 
     def close(self) -> None:
-        if self._client is not None:
-            with suppress(Exception):
-                self._client.close()
-            self._client = None
+        for client in (self._client, self._jump_client):
+            if client is not None:
+                with suppress(Exception):
+                    client.close()
+        self._client = self._jump_client = None
 
     def __enter__(self) -> SSHConnection:
         return self

@@ -37,11 +37,12 @@ pub enum RefusalClass {
     SessionDirForeign,
     WorkdirMissing,
     WorkdirUnsafe,
+    HostKeyMismatch,
 }
 
 impl RefusalClass {
     /// Every class, in the table's order.
-    pub const ALL: [RefusalClass; 23] = [
+    pub const ALL: [RefusalClass; 24] = [
         RefusalClass::ConfinementUnavailable,
         RefusalClass::ConfinementSettingInvalid,
         RefusalClass::LandlockUnprobed,
@@ -65,6 +66,7 @@ impl RefusalClass {
         RefusalClass::SessionDirForeign,
         RefusalClass::WorkdirMissing,
         RefusalClass::WorkdirUnsafe,
+        RefusalClass::HostKeyMismatch,
     ];
 
     /// The class's name, exactly as printed in `refused [CLASS]`.
@@ -93,6 +95,7 @@ impl RefusalClass {
             RefusalClass::SessionDirForeign => "session-dir-foreign",
             RefusalClass::WorkdirMissing => "workdir-missing",
             RefusalClass::WorkdirUnsafe => "workdir-unsafe",
+            RefusalClass::HostKeyMismatch => "host-key-mismatch",
         }
     }
 
@@ -158,7 +161,7 @@ mod tests {
             assert_eq!(*c as usize, i, "{c:?}");
         }
         assert_eq!(
-            RefusalClass::WorkdirUnsafe as usize + 1,
+            RefusalClass::HostKeyMismatch as usize + 1,
             RefusalClass::ALL.len()
         );
     }

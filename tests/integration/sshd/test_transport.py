@@ -21,7 +21,7 @@ def test_add_pins_the_host_key_and_shows_its_fingerprint(far: Remote) -> None:
 
 def test_changed_host_key_is_refused_and_nothing_changes(far: Remote) -> None:
     far.add("far3")
-    far.ok("machine", "deliver", "far3")
+    far.ok("machine", "deliver", "far3", "--probe")
     before = far.ok("machine", "show", "far3", "--json").json()
     h = far.host("far3")
     pinned = h.fingerprint()
@@ -29,12 +29,18 @@ def test_changed_host_key_is_refused_and_nothing_changes(far: Remote) -> None:
     presented = h.fingerprint()
     assert presented != pinned
     r = far("machine", "probe-confinement", "far3")
-    assert r.code == 1
-    assert "error: ssh: machine far3" in r.err and "refused: the host key changed" in r.err
-    assert presented in r.err and pinned in r.err
+    assert r.code == 3, r.err
+    assert "refused [host-key-mismatch]: machine far3" in r.err
+    assert presented in r.err and pinned in r.err and "--expect-fingerprint" in r.err
     r = far("machine", "deliver", "far3")
-    assert r.code == 1 and "the host key changed" in r.err
+    assert r.code == 3 and "refused [host-key-mismatch]" in r.err
     assert far.ok("machine", "show", "far3", "--json").json() == before
+    # A run is refused by name and recorded, before any seat.
+    far.ok("slot", "add", "far3", "s1", "--tool", "command")
+    r = far("run", "--machine", "far3", "--slot", "s1", "--workdir", "/tmp", "--", "true")
+    assert r.code == 3 and "refused [host-key-mismatch]" in r.err, r.err
+    rec = far.record()
+    assert rec["refusal"]["class"] == "host-key-mismatch" and rec["session_ordinal"] is None
 
 
 def test_unpinned_host_key_is_never_accepted(far: Remote) -> None:
