@@ -203,7 +203,8 @@ def test_json_shapes(saphan: Saphan, tmp_path: Path) -> None:
     s.ok("machine", "add", "m1", "--local")
     s.ok("slot", "add", "m1", "s1", "--tool", "command", "--max-sessions", "2",
          "--pin-sha256", "b" * 64)
-    machine_keys = {"name", "transport", "address", "identity_file", "host_key", "created_at"}
+    machine_keys = {"name", "transport", "address", "identity_file", "host_key", "created_at",
+                    "ssh_agent", "proxy_jump"}
     [m] = _canonical(s.ok("machine", "list", "--json"))
     assert set(m) == machine_keys
     assert (m["name"], m["transport"], m["address"], m["identity_file"], m["host_key"]) == (
