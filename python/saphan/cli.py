@@ -144,22 +144,47 @@ def machine() -> None:
 @machine.command("add")
 @click.argument("name")
 @click.option("--local", "local", is_flag=True, help="This host.")
-@click.option("--ssh", metavar="USER@HOST[:PORT]", default=None, help="Reach the machine over SSH.")
+@click.option("--ssh", metavar="USER@HOST[:PORT]|ALIAS", default=None,
+              help="Reach the machine over SSH (a Host of ~/.ssh/config works too: its "
+                   "HostName, User, Port, IdentityFile and ProxyJump are honoured).")
 @click.option("--identity", type=click.Path(dir_okay=False), default=None,
-              help="Private key for --ssh.")
+              help="Private key for --ssh (an encrypted one is asked for on a terminal).")
+@click.option("--ssh-agent", "ssh_agent", is_flag=True,
+              help="Also authenticate with the keys of your ssh-agent (opt-in).")
+@click.option("--expect-fingerprint", metavar="SHA256:…", default=None,
+              help="Pin only if the machine presents this host key (from its owner).")
+@click.option("--known-hosts", type=click.Path(dir_okay=False), default=None,
+              help="Pin only a host key this known_hosts file lists for it.")
+@click.option("--ssh-config", type=click.Path(dir_okay=False), default=None,
+              help="Read this SSH client config instead of ~/.ssh/config.")
 @click.pass_context
 def machine_add(
-    ctx: click.Context, name: str, local: bool, ssh: str | None, identity: str | None
+    ctx: click.Context, name: str, local: bool, ssh: str | None, identity: str | None,
+    ssh_agent: bool, expect_fingerprint: str | None, known_hosts: str | None,
+    ssh_config: str | None,
 ) -> None:
-    """Register a machine."""
-    m = _engine(ctx).add_machine(name, local=local, ssh=ssh, identity=identity)
+    """Register a machine. For --ssh the host key is fetched, checked against
+    --expect-fingerprint / --known-hosts when given (otherwise shown here and
+    pinned on first use), and logging in is tried before anything is saved;
+    every later connection trusts exactly that key."""
+    m = _engine(ctx).add_machine(name, local=local, ssh=ssh, identity=identity,
+                                 ssh_agent=ssh_agent, expect_fingerprint=expect_fingerprint,
+                                 known_hosts=known_hosts, ssh_config=ssh_config)
     click.echo(f"added machine {m.name} ({m.address()})")
     if m.host_key:
         from saphan.transport.ssh import HostKey
 
         key = HostKey(m.host_key)
-        click.echo(f"pinned host key {key.type} {key.fingerprint}: compare it with the "
-                   f"machine's own `ssh-keygen -lf` of its host key; any other key is refused")
+        how = ("it matched what you gave" if expect_fingerprint or known_hosts else
+               "compare it with the machine's own `ssh-keygen -lf` of its host key")
+        click.echo(f"pinned host key {key.type} {key.fingerprint} ({how}); any other key is "
+                   "refused")
+    if m.proxy_jump:
+        jump_target, _, jump_key = m.proxy_jump.partition(" ")
+        from saphan.transport.ssh import HostKey
+
+        click.echo(f"through jump host {jump_target}: pinned host key "
+                   f"{HostKey(jump_key).fingerprint}")
 
 
 @machine.command("list")

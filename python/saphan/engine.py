@@ -64,10 +64,12 @@ class Engine:
 
     # -- machines and slots (fleet/) ---------------------------------------------
     def add_machine(self, name: str, *, local: bool = False, ssh: str | None = None,
-                    identity: str | None = None) -> Machine:
+                    identity: str | None = None, **ssh_options: Any) -> Machine:
+        """See fleet.machines.add_machine (ssh_agent, expect_fingerprint, ...)."""
         from saphan.fleet import machines
 
-        return machines.add_machine(self.ctx, name, local=local, ssh=ssh, identity=identity)
+        return machines.add_machine(self.ctx, name, local=local, ssh=ssh, identity=identity,
+                                    **ssh_options)
 
     def machine(self, name: str) -> Machine:
         return self.ctx.machine(name)

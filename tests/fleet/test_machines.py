@@ -100,51 +100,90 @@ def test_an_unreachable_ssh_machine_is_not_added(ctx: Context, tmp_path: Path) -
     assert ctx.machines() == []
 
 
+class _Accepting(paramiko.ServerInterface):
+    """Accepts exactly one client key (publickey auth), nothing else."""
+
+    def __init__(self, client_key: paramiko.PKey) -> None:
+        self.client_key = client_key
+
+    def get_allowed_auths(self, username: str) -> str:
+        return "publickey"
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        ok = username == "agent" and key.get_base64() == self.client_key.get_base64()
+        return paramiko.AUTH_SUCCESSFUL if ok else paramiko.AUTH_FAILED
+
+
 @pytest.fixture
-def ssh_server() -> Iterator[tuple[int, paramiko.PKey]]:
-    """A real SSH server (paramiko's) on loopback that presents a fresh host key."""
+def ssh_server(tmp_path: Path) -> Iterator[tuple[int, paramiko.PKey, Path]]:
+    """A real SSH server (paramiko's) on loopback that presents a fresh host key
+    and lets user ``agent`` in with one key (its private file is returned);
+    it serves two connections: the host-key fetch, then the login."""
     host_key = paramiko.ECDSAKey.generate()
+    client_key = paramiko.ECDSAKey.generate()
+    key_file = tmp_path / "id_ecdsa"
+    client_key.write_private_key_file(str(key_file))
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
+    srv.listen(2)
     srv.settimeout(10)
 
     def serve() -> None:
-        try:
-            conn, _ = srv.accept()
-        except OSError:
-            return
-        t = paramiko.Transport(conn)
-        t.add_server_key(host_key)
-        try:
-            t.start_server(server=paramiko.ServerInterface())
-            t.join(10)
-        except (paramiko.SSHException, EOFError, OSError):
-            pass
-        finally:
-            t.close()
+        for _ in range(2):
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            t = paramiko.Transport(conn)
+            t.add_server_key(host_key)
+            try:
+                t.start_server(server=_Accepting(client_key))
+                t.join(1)
+            except (paramiko.SSHException, EOFError, OSError):
+                pass
+            finally:
+                t.close()
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        yield srv.getsockname()[1], host_key
+        yield srv.getsockname()[1], host_key, key_file
     finally:
         srv.close()
         thread.join(10)
 
 
 def test_an_ssh_machine_pins_the_host_key_its_server_presented(
-        ctx: Context, tmp_path: Path, ssh_server: tuple[int, paramiko.PKey],
+        ctx: Context, tmp_path: Path, ssh_server: tuple[int, paramiko.PKey, Path],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    port, host_key = ssh_server
-    (tmp_path / "id").write_text("k")
+    port, host_key, key_file = ssh_server
     monkeypatch.chdir(tmp_path)
-    m = machines.add_machine(ctx, "far", ssh=f"agent@127.0.0.1:{port}", identity="id")
+    m = machines.add_machine(ctx, "far", ssh=f"agent@127.0.0.1:{port}", identity=key_file.name)
     assert (m.transport, m.ssh_user, m.ssh_host, m.ssh_port) == ("ssh", "agent", "127.0.0.1", port)
-    assert m.identity_file == str(tmp_path / "id")  # made absolute
+    assert m.identity_file == str(key_file)  # made absolute
     assert m.host_key == f"{host_key.get_name()} {host_key.get_base64()}"
     assert ctx.machine("far") == m
     assert m.address() == f"agent@127.0.0.1:{port}"
+
+
+def test_a_login_that_fails_writes_nothing(
+        ctx: Context, tmp_path: Path, ssh_server: tuple[int, paramiko.PKey, Path]) -> None:
+    port, _host_key, _key_file = ssh_server
+    other = tmp_path / "other"
+    paramiko.ECDSAKey.generate().write_private_key_file(str(other))
+    with pytest.raises(TransportError, match="authentication failed for user agent"):
+        machines.add_machine(ctx, "far", ssh=f"agent@127.0.0.1:{port}", identity=str(other))
+    assert ctx.machines() == []
+
+
+def test_an_unexpected_fingerprint_is_refused_and_nothing_written(
+        ctx: Context, ssh_server: tuple[int, paramiko.PKey, Path]) -> None:
+    port, _host_key, key_file = ssh_server
+    with pytest.raises(Refusal) as e:
+        machines.add_machine(ctx, "far", ssh=f"agent@127.0.0.1:{port}", identity=str(key_file),
+                             expect_fingerprint="SHA256:" + "A" * 43)
+    assert e.value.cls == "host-key-mismatch" and "not the expected SHA256:AAAA" in e.value.message
+    assert ctx.machines() == []
 
 
 def test_an_ipv6_address_is_taken_without_its_brackets(ctx: Context, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from saphan.context import Context
@@ -36,48 +37,193 @@ def add_machine(
     local: bool = False,
     ssh: str | None = None,
     identity: str | None = None,
+    ssh_agent: bool = False,
+    expect_fingerprint: str | None = None,
+    known_hosts: str | None = None,
+    ssh_config: str | None = None,
 ) -> Machine:
+    """Register a machine. For ``ssh`` (``USER@HOST[:PORT]``, or a Host of
+    the operator's ~/.ssh/config: HostName, User, Port, IdentityFile and
+    ProxyJump are honoured), the host key is fetched, held against
+    ``expect_fingerprint`` / ``known_hosts`` when given (else shown to the
+    operator and pinned on first use), and authentication is tried — all
+    before anything is written."""
     check_name("machine", name)
     if local == (ssh is not None):
         raise UserError("give exactly one of --local or --ssh USER@HOST[:PORT]")
+    if ctx.store.get_machine(name) is not None:
+        raise UserError(
+            f"machine {name!r} already exists; pick another name or "
+            f"`saphan machine remove {name}` first"
+        )
     if local:
-        if identity is not None:
-            raise UserError("--identity is for --ssh machines; drop it for --local")
+        if identity is not None or ssh_agent or expect_fingerprint or known_hosts:
+            raise UserError("--identity is for --ssh machines (as are --ssh-agent, "
+                            "--expect-fingerprint and --known-hosts); drop it for --local")
         machine = Machine(name, "local", created_at=now_iso())
     else:
-        assert ssh is not None
-        m = _SSH.match(ssh)
-        if not m:
-            raise UserError(f"--ssh {ssh!r} is not USER@HOST[:PORT]; e.g. agent@10.0.0.5:22")
-        if identity is None:
-            raise UserError("--ssh needs --identity FILE (the private key to log in with)")
-        ident = os.path.abspath(os.path.expanduser(identity))
-        if not os.path.isfile(ident):
-            raise UserError(f"--identity {identity}: no such file; give the private key path")
-        port = int(m.group("port") or 22)
-        if not 0 < port < 65536:
-            raise UserError(f"--ssh port {port} is out of range 1-65535")
-        if ctx.store.get_machine(name) is not None:
-            raise UserError(
-                f"machine {name!r} already exists; pick another name or "
-                f"`saphan machine remove {name}` first"
-            )
-        from saphan.transport.ssh import fetch_host_key
-
-        host = m.group("host").strip("[]")
-        # Pinned now, shown as a fingerprint; every later connection trusts
-        # exactly this key and refuses any other (transport/ssh.py).
-        key = fetch_host_key(name, host, port, timeout=ctx.config.ssh_connect_timeout)
-        machine = Machine(
-            name, "ssh", ssh_user=m.group("user"), ssh_host=host, ssh_port=port,
-            identity_file=ident, host_key=key.line, created_at=now_iso(),
-        )
+        if ssh is None:
+            raise UserError("--ssh needs USER@HOST[:PORT] or a Host of ~/.ssh/config")
+        machine = _ssh_machine(ctx, name, ssh, identity=identity, ssh_agent=ssh_agent,
+                               expect_fingerprint=expect_fingerprint, known_hosts=known_hosts,
+                               ssh_config=ssh_config)
     if not ctx.store.add_machine(machine):
         raise UserError(
             f"machine {name!r} already exists; pick another name or "
             f"`saphan machine remove {name}` first"
         )
     return machine
+
+
+@dataclass(frozen=True)
+class _Target:
+    user: str
+    host: str
+    port: int
+    identity: str | None
+    jump: str | None
+
+
+def _target(spec: str, identity: str | None, config_path: str | None) -> _Target:
+    """USER@HOST[:PORT] or a Host alias, completed from the SSH client config
+    (explicit values win, as with OpenSSH)."""
+    m = _SSH.match(spec)
+    alias = spec
+    user: str | None = None
+    port: int | None = None
+    if m:
+        user, alias = m.group("user"), m.group("host").strip("[]")
+        port = int(m.group("port")) if m.group("port") else None
+    elif not re.match(r"^[A-Za-z0-9._-]+(?::\d+)?$", spec):
+        raise UserError(f"--ssh {spec!r} is not USER@HOST[:PORT] or a Host of ~/.ssh/config; "
+                        "e.g. agent@10.0.0.5:22")
+    else:
+        alias, _, p = spec.partition(":")
+        port = int(p) if p else None
+    conf = _ssh_config(config_path).get(alias, {})
+    host = conf.get("hostname", alias)
+    user = user or conf.get("user")
+    if user is None:
+        raise UserError(f"--ssh {spec!r} is not USER@HOST[:PORT], and ~/.ssh/config names no "
+                        "User for it")
+    if port is None:
+        port = int(conf.get("port", 22))
+    if not 0 < port < 65536:
+        raise UserError(f"--ssh port {port} is out of range 1-65535")
+    if identity is None:
+        found = [os.path.expanduser(f) for f in conf.get("identityfile", [])]
+        identity = next((f for f in found if os.path.isfile(f)), None)
+    jump = conf.get("proxyjump")
+    return _Target(user, host, port, identity, None if jump in (None, "none") else jump)
+
+
+def _ssh_config(path: str | None) -> _Lookup:
+    import paramiko
+
+    where = os.path.expanduser(path or "~/.ssh/config")
+    if not os.path.isfile(where):
+        if path is not None:
+            raise UserError(f"--ssh-config {path}: no such file")
+        return _Lookup(None)
+    try:
+        return _Lookup(paramiko.SSHConfig.from_path(where))
+    except Exception as e:  # paramiko raises several types for a bad file
+        raise UserError(f"{where} cannot be read as an SSH client config: {e}") from None
+
+
+class _Lookup:
+    def __init__(self, conf: Any) -> None:
+        self.conf = conf
+
+    def get(self, alias: str, default: dict[str, Any]) -> dict[str, Any]:
+        if self.conf is None:
+            return default
+        got: dict[str, Any] = dict(self.conf.lookup(alias))
+        return got
+
+
+def _ssh_machine(ctx: Context, name: str, spec: str, *, identity: str | None, ssh_agent: bool,
+                 expect_fingerprint: str | None, known_hosts: str | None,
+                 ssh_config: str | None) -> Machine:
+    from saphan.transport.ssh import Jump, SSHConnection, fetch_host_key
+
+    t = _target(spec, None, ssh_config)
+    if identity is not None:
+        shown, identity = identity, os.path.abspath(os.path.expanduser(identity))
+        if not os.path.isfile(identity):
+            raise UserError(f"--identity {shown}: no such file; give the private key path")
+        t = _Target(t.user, t.host, t.port, identity, t.jump)
+    if t.identity is None and not ssh_agent:
+        raise UserError("--ssh needs --identity FILE (the private key to log in with), an "
+                        "IdentityFile in ~/.ssh/config, or --ssh-agent")
+    if expect_fingerprint is not None and not expect_fingerprint.startswith("SHA256:"):
+        raise UserError(f"--expect-fingerprint {expect_fingerprint!r}: give it as OpenSSH "
+                        "prints it, SHA256:… (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` "
+                        "on the machine)")
+    timeout = ctx.config.ssh_connect_timeout
+    jump = None
+    if t.jump is not None:
+        if "," in t.jump:
+            raise UserError(f"ProxyJump {t.jump!r} chains several hosts; saphan reaches a "
+                            "machine through at most one jump host")
+        j = _target(t.jump, None, ssh_config)
+        if j.jump is not None:
+            raise UserError(f"the jump host {t.jump} has a ProxyJump of its own; saphan "
+                            "reaches a machine through at most one jump host")
+        jkey = fetch_host_key(name, j.host, j.port, timeout=timeout)
+        _check_presented(name, f"the jump host {j.user}@{j.host}:{j.port}", jkey.line, j.host,
+                         j.port, None, known_hosts)
+        jump = Jump(j.user, j.host, j.port, jkey.line, j.identity or t.identity, ssh_agent)
+    key = fetch_host_key(name, t.host, t.port, timeout=timeout, via=jump)
+    _check_presented(name, f"{t.host}:{t.port}", key.line, t.host, t.port, expect_fingerprint,
+                     known_hosts)
+    machine = Machine(
+        name, "ssh", ssh_user=t.user, ssh_host=t.host, ssh_port=t.port,
+        identity_file=t.identity, host_key=key.line, created_at=now_iso(),
+        ssh_agent=ssh_agent, proxy_jump=jump.row() if jump is not None else None,
+    )
+    # Authentication, tried before anything is written.
+    with SSHConnection(machine, connect_timeout=timeout,
+                       command_timeout=ctx.config.ssh_command_timeout) as conn:
+        conn.connect()
+    return machine
+
+
+def _check_presented(name: str, what: str, line: str, host: str, port: int,
+                     expect: str | None, known_hosts: str | None) -> None:
+    """The presented key against what the operator brought, if anything."""
+    from saphan import refusals
+    from saphan.transport.ssh import fingerprint
+
+    got = fingerprint(line)
+    if expect is not None and got != expect:
+        raise refusals.host_key_mismatch(
+            f"{what} (machine {name}) presents host key {line.split()[0]} {got}, not the "
+            f"expected {expect}; nothing was written", _HOST_KEY_FIX)
+    if known_hosts is None:
+        return
+    import paramiko
+
+    path = os.path.expanduser(known_hosts)
+    try:
+        known = paramiko.HostKeys(path)
+    except OSError as e:
+        raise UserError(f"--known-hosts {known_hosts}: {e.strerror or e}") from None
+    wanted = host if port == 22 else f"[{host}]:{port}"
+    entry = known.lookup(wanted)
+    if not entry:
+        raise refusals.host_key_mismatch(
+            f"{what} (machine {name}) is not in {path} (looked up as {wanted}); its "
+            f"presented key {got} was not pinned", _HOST_KEY_FIX)
+    listed = {fingerprint(f"{k.get_name()} {k.get_base64()}") for k in entry.values()}
+    if got not in listed:
+        raise refusals.host_key_mismatch(
+            f"{what} (machine {name}) presents host key {got}, but {path} lists "
+            f"{', '.join(sorted(listed))} for it; nothing was written", _HOST_KEY_FIX)
+
+
+_HOST_KEY_FIX = ("confirm the machine's host key with its owner out of band (`ssh-keygen -lf "
+                 "/etc/ssh/ssh_host_ed25519_key.pub` there) and give that fingerprint")
 
 
 def remove_machine(ctx: Context, name: str) -> None:

@@ -195,6 +195,28 @@ def _jump_channel(jump_client: Any, host: str, port: int, *, timeout: float) -> 
     return t.open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout)
 
 
+class _IdentityUnusable(Exception):
+    """The identity file cannot be read or is not a private key."""
+
+
+def _load_identity(paramiko: Any, path: str, passphrase: str | None) -> Any:
+    try:
+        return paramiko.PKey.from_path(path, passphrase)
+    except paramiko.PasswordRequiredException:
+        raise
+    except OSError as e:
+        raise _IdentityUnusable(f"it cannot be read ({e.strerror or e})") from None
+    except TypeError as e:  # cryptography's word for an encrypted OpenSSH-format key
+        if "password" in str(e).lower():
+            raise paramiko.PasswordRequiredException(str(e)) from None
+        raise _IdentityUnusable(f"it is not a private key saphan can use ({e})") from None
+    except (paramiko.SSHException, ValueError) as e:
+        if passphrase is not None:
+            raise paramiko.PasswordRequiredException(f"the passphrase does not open it ({e})") \
+                from None
+        raise _IdentityUnusable(f"it is not a private key saphan can use ({e})") from None
+
+
 def _client(host: str, port: int, user: str, host_key: str, identity: str | None,
             agent: bool, *, timeout: float, sock: Any = None,
             passphrase: str | None = None) -> Any:
@@ -209,10 +231,14 @@ def _client(host: str, port: int, user: str, host_key: str, identity: str | None
     key = paramiko.PKey.from_type_string(pinned.type, base64.b64decode(pinned.line.split()[1]))
     client.get_host_keys().add(_hostkey_name(host, port), pinned.type, key)
     try:
+        # The identity is loaded here, once: an encrypted one raises
+        # PasswordRequiredException, an unreadable one names itself (handing
+        # paramiko the file name would surface its last key-type guess instead).
+        pkey = _load_identity(paramiko, identity, passphrase) if identity else None
         client.connect(
-            host, port=port, username=user, key_filename=identity, passphrase=passphrase,
-            timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
-            channel_timeout=timeout, allow_agent=agent, look_for_keys=False, sock=sock,
+            host, port=port, username=user, pkey=pkey, timeout=timeout,
+            banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
+            allow_agent=agent, look_for_keys=False, sock=sock,
         )
     except BaseException:
         client.close()
@@ -316,7 +342,16 @@ class SSHConnection:
                     f"authentication failed for user {m.ssh_user} with {how} ({_describe(e)}); "
                     "check the public key is in that user's authorized_keys"
                 ) from None
-            except (paramiko.SSHException, OSError, EOFError) as e:
+            except _IdentityUnusable as e:
+                raise self._fail(f"the identity file {m.identity_file}: {e}") from None
+            except paramiko.SSHException as e:
+                if "no authentication methods" not in str(e).lower():
+                    raise self._fail(f"unreachable: {_describe(e)}") from None
+                raise self._fail(
+                    f"authentication failed for user {m.ssh_user}: saphan had no key to offer "
+                    "(no identity file, and the ssh-agent offered none — is SSH_AUTH_SOCK set "
+                    "to an agent holding the key?)") from None
+            except (OSError, EOFError) as e:
                 raise self._fail(f"unreachable: {_describe(e)}") from None
 
     def _connect_once(self, m: Machine, port: int, jump: Jump | None) -> None:

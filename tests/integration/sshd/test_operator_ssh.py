@@ -1,0 +1,116 @@
+"""What an operator brings to `machine add --ssh`, on real sshd hosts: the
+host key checked against what they were told (--expect-fingerprint,
+--known-hosts) before anything is pinned, their ~/.ssh/config honoured,
+logging in tried before anything is written, an encrypted key named."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from integration.sshd.conftest import Remote
+
+
+def _machines(far: Remote) -> list[str]:
+    return [m["name"] for m in far.ok("machine", "list", "--json").json()]
+
+
+def test_expect_fingerprint_right_pins_and_wrong_refuses(far: Remote) -> None:
+    h = far.host("far1")
+    key = str(far.hosts.client_key)
+    wrong = "SHA256:" + "A" * 43
+    r = far("machine", "add", "far1", "--ssh", h.target, "--identity", key,
+            "--expect-fingerprint", wrong)
+    assert r.code == 3, r.err
+    assert f"refused [host-key-mismatch]: {h.addr}:22 (machine far1) presents host key" in r.err
+    assert h.fingerprint() in r.err and f"not the expected {wrong}" in r.err
+    assert _machines(far) == []
+    r = far.ok("machine", "add", "far1", "--ssh", h.target, "--identity", key,
+               "--expect-fingerprint", h.fingerprint())
+    assert f"pinned host key ssh-ed25519 {h.fingerprint()} (it matched what you gave)" in r.out
+    far.ok("machine", "deliver", "far1")
+
+
+def test_known_hosts_file_pins_only_a_listed_key(far: Remote, tmp_path: Path) -> None:
+    h = far.host("far1")
+    key = str(far.hosts.client_key)
+    other = tmp_path / "other_host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    listed = tmp_path / "known_hosts"
+    listed.write_text(f"{h.addr} {other.with_suffix('.pub').read_text().split(' ')[0]} "
+                      f"{other.with_suffix('.pub').read_text().split(' ')[1]}\n")
+    r = far("machine", "add", "far1", "--ssh", h.target, "--identity", key,
+            "--known-hosts", str(listed))
+    assert r.code == 3 and "refused [host-key-mismatch]" in r.err and "lists" in r.err, r.err
+    assert _machines(far) == []
+    real = Path(str(h.host_key) + ".pub").read_text().split()
+    listed.write_text(f"{h.addr} {real[0]} {real[1]}\n")
+    far.ok("machine", "add", "far1", "--ssh", h.target, "--identity", key,
+           "--known-hosts", str(listed))
+    assert _machines(far) == ["far1"]
+
+
+def test_ssh_config_host_alias_is_honoured(far: Remote, tmp_path: Path) -> None:
+    h = far.host("far2")
+    conf = tmp_path / "ssh_config"
+    conf.write_text(f"Host runner-two\n  HostName {h.addr}\n  User {h.user}\n  Port 22\n"
+                    f"  IdentityFile {far.hosts.client_key}\n")
+    far.ok("machine", "add", "far2", "--ssh", "runner-two", "--ssh-config", str(conf))
+    m = far.ok("machine", "show", "far2", "--json").json()
+    assert m["address"] == f"{h.user}@{h.addr}:22"
+    assert m["identity_file"] == str(far.hosts.client_key)
+    far.ok("machine", "deliver", "far2", "--probe")
+
+
+def test_an_encrypted_identity_is_named_and_nothing_written(far: Remote, tmp_path: Path) -> None:
+    h = far.host("far1")
+    enc = tmp_path / "id_encrypted"
+    shutil.copy(far.hosts.client_key, enc)
+    enc.chmod(0o600)
+    subprocess.run(["ssh-keygen", "-q", "-p", "-P", "", "-N", "secret", "-f", str(enc)],
+                   check=True)
+    r = far("machine", "add", "far1", "--ssh", h.target, "--identity", str(enc))
+    assert r.code == 1, r.err
+    assert f"the identity file {enc} is encrypted" in r.err
+    assert "no terminal to ask for its passphrase" in r.err and "--ssh-agent" in r.err
+    assert _machines(far) == []
+
+
+def test_a_key_the_far_user_does_not_accept_writes_nothing(far: Remote, tmp_path: Path) -> None:
+    h = far.host("far1")
+    stranger = tmp_path / "id_stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)],
+                   check=True)
+    r = far("machine", "add", "far1", "--ssh", h.target, "--identity", str(stranger))
+    assert r.code == 1 and f"authentication failed for user {h.user}" in r.err, r.err
+    assert _machines(far) == []
+
+
+@pytest.mark.parametrize("flag", ["--ssh-agent"])
+def test_ssh_agent_is_opt_in_and_recorded(far: Remote, tmp_path: Path, flag: str) -> None:
+    """With --ssh-agent and no identity file, the operator's agent logs in."""
+    h = far.host("far1")
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if sock.exists():
+                break
+            subprocess.run(["sleep", "0.05"], check=True)
+        env = far.s.env(SSH_AUTH_SOCK=str(sock))
+        subprocess.run(["ssh-add", str(far.hosts.client_key)], env=env, check=True,
+                       capture_output=True)
+        r = far.s("machine", "add", "far1", "--ssh", h.target, flag, env=env)
+        assert r.code == 0, r.err
+        assert far.ok("machine", "show", "far1", "--json").json()["ssh_agent"] is True
+        r = far.s("machine", "deliver", "far1", env=env)
+        assert r.code == 0, r.err
+        # Without the agent, the same machine cannot log in (nothing else was given).
+        r = far("machine", "deliver", "far1")
+        assert r.code == 1 and "authentication failed" in r.err, r.err
+    finally:
+        agent.terminate()
+        agent.wait(10)
