@@ -80,10 +80,6 @@ def test_a_registry_that_is_a_link_is_not_read(state: Path, tmp_path: Path) -> N
     assert registered_workspaces() == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: register_workspace resolves the registry path with realpath before "
-    "append_line, so a link planted at the registry is followed and its target "
-    "written (the docstring says never through a link)"))
 def test_register_never_writes_through_a_planted_link(state: Path, tmp_path: Path) -> None:
     victim = tmp_path / "victim.txt"
     victim.write_text("victim\n")

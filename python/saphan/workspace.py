@@ -50,7 +50,9 @@ def register_workspace(home: Path) -> None:
     real = os.path.realpath(home)
     if real in registered_workspaces():
         return
-    reg = Path(os.path.realpath(registry_path()))
+    # The directory is resolved; the file itself never is (a link planted
+    # there is refused by append_line, not followed).
+    reg = Path(os.path.realpath(registry_path().parent)) / registry_path().name
     try:
         nofollow.makedirs("/", str(reg.parent).lstrip("/"), 0o700)
         nofollow.append_line(str(reg), real)

@@ -47,7 +47,6 @@ def test_a_password_in_the_url_is_never_shown(given: str, shown: str) -> None:
     assert _redact(given) == shown
 
 
-@pytest.mark.xfail(strict=True, reason="bug: _redact hides only a password in the userinfo")
 def test_a_password_given_as_a_url_parameter_is_never_shown() -> None:
     # libpq takes `?password=` too (a URL the config accepts); it is shown whole
     with pytest.raises(StoreError) as e:

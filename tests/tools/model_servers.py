@@ -283,7 +283,7 @@ class ChatCompletionsServer(_Server):
     def on_post(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         import time
 
-        if not h.path.rstrip("/").endswith("/chat/completions"):
+        if not h.path.split("?", 1)[0].rstrip("/").endswith("/chat/completions"):
             _json(h, 404, {"error": {"message": f"no route {h.path}"}})
             return
         turn: Any = self.next_turn(len(self.requests) - 1)

@@ -271,10 +271,6 @@ def test_resume_refuses_another_tool_no_session_or_another_workdir(
     assert not ctx.workspace.run_dir("01RUN").exists()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "finding: --resume takes the tool, workdir and session from the previous run's record "
-    "without checking its signature, so an edited record (or one written under another key) "
-    "picks the session a run continues; records.py says a flagged record is never trusted"))
 def test_resume_does_not_trust_a_record_that_does_not_verify(
         ctx: Context, wd: Path, agent_bins: dict[str, Path]) -> None:
     forged = _recorded_run(ctx, wd, session="someone-elses-session", key=os.urandom(32))

@@ -23,7 +23,7 @@ _SSH = re.compile(
 
 
 def check_name(kind: str, name: str) -> None:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise UserError(
             f"{kind} name {name!r} is not allowed; use 1-63 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"

@@ -74,7 +74,9 @@ class Client:
                          self.attempts)
 
     def _post(self, body: bytes, timeout: float) -> dict[str, Any]:
-        url = urllib.parse.urlsplit(self.base_url.rstrip("/") + "/chat/completions")
+        base = urllib.parse.urlsplit(self.base_url)
+        # The route goes on the path; a query (?api-version=...) stays a query.
+        url = base._replace(path=base.path.rstrip("/") + "/chat/completions")
         conn_type = (http.client.HTTPSConnection if url.scheme == "https"
                      else http.client.HTTPConnection)
         conn = conn_type(url.hostname or "", url.port, timeout=timeout)

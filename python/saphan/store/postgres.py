@@ -14,7 +14,9 @@ _PLACEHOLDER = re.compile(r"\?")
 
 
 def _redact(url: str) -> str:
-    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+    """The URL with every password hidden: in the userinfo and in the query."""
+    url = re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+    return re.sub(r"([?&]password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
 
 
 class PostgresConnector:

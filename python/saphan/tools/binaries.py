@@ -108,7 +108,7 @@ def identify(tool: str) -> AgentBinary:
 
 def check_pin_format(value: str) -> str:
     """A slot pin as given to ``--pin-sha256``: exactly 64 lowercase hex digits."""
-    if not _SHA256_HEX.match(value):
+    if not _SHA256_HEX.fullmatch(value):
         raise UserError(
             f"--pin-sha256 {value!r} is not a SHA-256 digest; give exactly 64 lowercase hex "
             "digits (e.g. the output of `sha256sum BINARY`)"

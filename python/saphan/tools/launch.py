@@ -130,7 +130,18 @@ def _lane(ctx: Context, request: Request) -> tuple[Lane, dict[str, bytes], tuple
 
 
 def _resume(ctx: Context, tool: str, run_ref: str, workdir: str) -> Resume:
-    previous = ctx.run_record(run_ref).data
+    found = ctx.run_record(run_ref)
+    if found.signature != "valid":
+        # The session a run continues is taken from this record: only one
+        # this workspace signed, unchanged, may choose it.
+        from saphan import refusals
+
+        raise refusals.record_signature_invalid(
+            f"--resume {run_ref}: the record of run {found.id} does not verify (signature "
+            f"{found.signature}), so nothing in it may choose the session this run continues",
+            f"`saphan runs show {found.id}` shows why; resume a run whose record verifies, or "
+            "start a new one")
+    previous = found.data
     if previous.get("tool") != tool:
         raise UserError(f"--resume {run_ref}: run {previous['id']} ran tool "
                         f"{previous.get('tool')!r}, this slot runs {tool!r}")
