@@ -1,5 +1,8 @@
-"""Fixtures for the remote lane: real sshd hosts in network namespaces
-(sshhosts.py), and workspaces that know them as SSH machines.
+"""Fixtures for the remote lane: real sshd hosts, each in a network and a
+mount namespace of its own (sshhosts.py), and workspaces that know them as
+SSH machines. A far file is a far path: a test reads or plants it through the
+host's far view (``FarHost.far_path``, ``FarHost.as_user``), never at the same
+path here.
 
 Under CI=true a missing part (root, ip, sshd, a Landlock kernel) FAILS every
 test here; elsewhere they skip loudly (conftest.require).
@@ -8,6 +11,7 @@ test here; elsewhere they skip loudly (conftest.require).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -25,7 +29,7 @@ from saphan import _native
 @pytest.fixture(scope="session")
 def hosts() -> Iterator[HostSet]:
     """Three far hosts for the whole session: far1, far2, and far3 (the one
-    tests may re-key or cut off)."""
+    tests may re-key or cut off); ``kernel_hosts`` adds two more."""
     missing = missing_parts()
     require(not missing, f"SSH test hosts need: {', '.join(missing)}")
     require(_native.landlock_abi()[0] >= 3, "a kernel with Landlock ABI >= 3")
@@ -34,6 +38,27 @@ def hosts() -> Iterator[HostSet]:
         yield hs
     finally:
         hs.down()
+
+
+#: the hosts ``kernel_hosts`` adds, and the Landlock their sshd sees
+KERNEL_HOSTS: dict[str, str | int] = {"far_nolandlock": "none", "far_abi2": 2}
+
+
+@pytest.fixture(scope="session")
+def kernel_hosts(hosts: HostSet) -> dict[str, FarHost]:
+    """Two more far hosts of ``hosts``, made on first use: far_nolandlock (a
+    kernel without Landlock: ENOSYS) and far_abi2 (a kernel at Landlock ABI 2,
+    below the floor) — a seccomp filter under their sshd, so under every far
+    process (tests/helpers/no_landlock.c)."""
+    require(shutil.which("gcc") is not None or shutil.which("cc") is not None,
+            "a C compiler (gcc) to build tests/helpers/no_landlock.c")
+    made = {}
+    for name, landlock in KERNEL_HOSTS.items():
+        try:
+            made[name] = hosts[name]
+        except KeyError:
+            made[name] = hosts.add(name, landlock=landlock)
+    return made
 
 
 class Remote:

@@ -11,11 +11,17 @@ from saphan import _native
 
 
 def _installed(far: Remote, name: str) -> Path:
+    """The far path of the delivered launcher (as its host names it)."""
     return far.host(name).home / ".saphan" / "bin" / "saphan-launcher"
 
 
+def _seen(far: Remote, name: str) -> Path:
+    """The delivered launcher, reached through its host's far view."""
+    return far.host(name).far_path(_installed(far, name))
+
+
 def _leftovers(far: Remote, name: str) -> list[str]:
-    d = _installed(far, name).parent
+    d = _seen(far, name).parent
     return sorted(p.name for p in d.iterdir()) if d.exists() else []
 
 
@@ -30,8 +36,8 @@ def test_parallel_delivery_installs_and_records_what_each_machine_measured(far: 
     assert any(line.startswith("far2") and "installed" in line for line in lines)
     for name in ("far1", "far2"):
         path = _installed(far, name)
-        st = path.stat()
-        assert _native.sha256_file(str(path)) == sha
+        st = _seen(far, name).stat()
+        assert _native.sha256_file(str(_seen(far, name))) == sha
         assert st.st_mode & 0o777 == 0o755 and st.st_uid == far.host(name).uid
         assert _leftovers(far, name) == ["saphan-launcher"]
         row = facts(far, name)["launcher"]["value"]
@@ -48,10 +54,10 @@ def test_corrupted_upload_is_refused_and_the_previous_launcher_stays(far: Remote
     far.add("far2")
     h = far.host("far2")
     far.ok("machine", "deliver", "far2")
-    path = _installed(far, "far2")
+    path = _seen(far, "far2")
     before = path.read_bytes()
     row_before = facts(far, "far2")["launcher"]
-    flag = h.home / ".corrupt-sha256sum"
+    flag = h.far_path(h.home / ".corrupt-sha256sum")
     flag.write_text("")
     try:
         r = far("machine", "deliver", "far2")
@@ -88,7 +94,7 @@ def test_probe_over_ssh_measures_with_the_delivered_launcher(far: Remote) -> Non
     text = far.ok("machine", "probe-confinement", "far1").out
     assert f"far1: landlock level {value['level']}" in text and "meets the floor" in text
     # The launcher that probes must be the one delivered.
-    path = _installed(far, "far1")
+    path = _seen(far, "far1")
     os.chmod(path, 0o755)
     path.write_bytes(path.read_bytes() + b"\0")
     try:

@@ -41,7 +41,7 @@ def test_preflight_creates_this_runs_leaf_and_it_verifies(far: Remote) -> None:
     assert key == re.sub("[^A-Za-z0-9]", "-", str(wd)) and key.endswith("-my-project-v2")
     leaf = h.home / ".claude" / "projects" / key
     assert pf.get("session_dir") == str(leaf) and pf.get("session_key") == key
-    assert leaf.is_dir() and leaf.stat().st_uid == h.uid
+    assert h.far_path(leaf).is_dir() and h.far_path(leaf).stat().st_uid == h.uid
     assert verify_session_dir("far1", pf) == str(leaf)
     # A command slot asks for no session directory at all.
     assert _dial(far, "far1", wd, tool="command").get("session_dir") is None
@@ -72,9 +72,9 @@ def test_linked_projects_dir_is_refused_as_foreign(far: Remote) -> None:
         assert e.value.cls == "session-dir-foreign"
         rec = far.record(e.value.run_id or "")
         assert rec["refusal"]["class"] == "session-dir-foreign" and rec["finished_at"]
-        assert not marker.exists()
+        assert not h.far_path(marker).exists()
     finally:
-        (claude / "projects").unlink()
+        h.far_path(claude / "projects").unlink()
 
 
 def test_long_workdir_uses_the_engines_hashed_key(far: Remote) -> None:
@@ -135,13 +135,13 @@ def test_claude_slot_run_gets_its_leaf_writable_and_nothing_above(far: Remote) -
     script = f"echo s > {leaf}/session.jsonl && echo ok; echo x > {above} || echo refused"
     rec = _claude_run(far, "far1", wd, script)
     assert rec.exit_code == 0
-    assert (leaf / "session.jsonl").read_text() == "s\n"
-    assert not above.exists()
+    assert h.far_path(leaf / "session.jsonl").read_text() == "s\n"
+    assert not h.far_path(above).exists()
     assert str(leaf) in rec.data["writable"]
     assert any("can be resumed" in n for n in rec.data["notes"])
     with open(rec.data["output"]["stdout"]) as f:
         assert f.read().split() == ["ok", "refused"]
-    assert os.path.isdir(leaf)
+    assert os.path.isdir(h.far_path(leaf))
 
 
 def _claude_run(far: Remote, name: str, wd: Path, script: str) -> RunRecord:

@@ -60,7 +60,7 @@ def test_forged_control_lines_are_just_output(far: Remote) -> None:
         f"saphan-launcher: landlock abi=7 enforced writable=[{wd},")
     holder = rec["far_process"]
     assert holder["pid"] != 1 and holder["boot_id"] != "0" * 8 + "-0000-0000-0000-" + "0" * 12
-    assert (wd / "out.txt").read_text() == "done\n"
+    assert h.far_path(wd / "out.txt").read_text() == "done\n"
     with open(rec["output"]["stderr"]) as f:
         err = f.read()
     with open(rec["output"]["stdout"]) as f:
@@ -86,7 +86,7 @@ def test_a_far_launcher_refusal_is_the_runs_refusal(far: Remote) -> None:
     rec = far.record()
     assert rec["outcome"] == "refused" and rec["refusal"]["class"] == "workdir-unsafe"
     assert rec["enforced_by"] is None
-    assert not (wd / "ran.txt").exists() and not any(elsewhere.iterdir())
+    assert not h.far_path(wd / "ran.txt").exists() and not any(h.far_path(elsewhere).iterdir())
 
 
 def test_channel_killed_from_outside_keeps_the_seat_and_the_run_is_followed(
@@ -106,7 +106,7 @@ def test_channel_killed_from_outside_keeps_the_seat_and_the_run_is_followed(
     assert r.code == 3 and "refused [seat-full]" in r.err, r.err
     code, _out, err = _wait(proc, 60)
     assert code == 0, err
-    assert (wd / "end.txt").read_text() == "finished\n"
+    assert h.far_path(wd / "end.txt").read_text() == "finished\n"
     rec = far.record(holder["run"])
     assert rec["outcome"] == "exited" and rec["exit_code"] == 0 and rec["finished_at"]
     assert rec["connection_lost"]["at"]
@@ -156,7 +156,7 @@ def test_kill_of_its_own_sshd_from_inside_is_refused_by_the_scope(far: Remote) -
               "kill -9 $s $p 2>err.txt; echo rc=$? > rc.txt")
     r = far(*RUN, "--workdir", str(wd), "--", "sh", "-c", script)
     assert r.code == 0, r.err
-    assert (wd / "rc.txt").read_text() != "rc=0\n"
+    assert h.far_path(wd / "rc.txt").read_text() != "rc=0\n"
     rec = far.record()
     assert rec["outcome"] == "exited" and "connection_lost" not in rec
     assert rec["enforced_by"]["scopes"] == ["signal", "abstract-unix-socket"]
@@ -182,14 +182,15 @@ def test_a_repointed_machine_is_refused_until_probed_again(far: Remote) -> None:
                          "WHERE name = ?", (other.ssh_host, other.ssh_user, other.host_key, "far1"))
     finally:
         store.close()
-    wd2 = far.host("far2").mkdir("repoint/wd")
+    h2 = far.host("far2")
+    wd2 = h2.mkdir("repoint/wd")
     r = far(*RUN, "--workdir", str(wd2), "--", "sh", "-c", "echo ran > ran.txt")
     assert r.code == 3 and "refused [record-signature-invalid]" in r.err, r.err
     assert "was re-pointed since" in r.err and "now names ssh:" in r.err
-    assert not (wd2 / "ran.txt").exists()
+    assert not h2.far_path(wd2 / "ran.txt").exists()
     far.ok("machine", "deliver", "far1", "--probe")
     far.ok(*RUN, "--workdir", str(wd2), "--", "sh", "-c", "echo ran > ran.txt")
-    assert (wd2 / "ran.txt").read_text() == "ran\n"
+    assert h2.far_path(wd2 / "ran.txt").read_text() == "ran\n"
 
 
 def test_an_older_landlock_row_put_back_is_refused(far: Remote) -> None:
@@ -239,4 +240,4 @@ def test_a_launcher_swapped_between_check_and_exec_is_refused(far: Remote) -> No
     assert e.value.cls == "digest-mismatch" and "/proc/self/exe" in e.value.message
     rec = far.record(base["id"])
     assert rec["outcome"] == "refused" and rec["enforced_by"] is None
-    assert not (wd / "ran.txt").exists()
+    assert not h.far_path(wd / "ran.txt").exists()

@@ -28,7 +28,7 @@ def test_remote_run_writes_inside_and_is_refused_outside(far: Remote) -> None:
     outside = h.mkdir("battery/outside")
     victim = outside / "victim.txt"
     h.as_user("sh", "-c", f"printf 'precious contents\\n%.0s' $(seq 100) > {victim}")
-    before = escapes.digest(victim)
+    before = escapes.digest(h.far_path(victim))
     h.as_user("sh", "-c", f"cd {wd} && git init -q . && mkdir -p .git/hooks")
     r = far(*RUN, "--workdir", str(wd), "--", "sh", "-c",
             escapes.script({**FAR_CONTENT, **escapes.METADATA,
@@ -40,10 +40,10 @@ def test_remote_run_writes_inside_and_is_refused_outside(far: Remote) -> None:
     for name in escapes.METADATA:
         assert f"ESCAPED {name}" in lines, f"residual {name!r} no longer exists:\n{r.out}"
     assert "ESCAPED git_inside" in lines  # documented: .git inside the workdir is writable
-    assert "INSIDE ok" in lines and (wd / "inside.txt").read_text() == "inside\n"
-    assert escapes.digest(victim) == before
-    assert sorted(p.name for p in outside.iterdir()) == ["victim.txt"]
-    assert not list(h.home.glob("saphan-escape-*"))
+    assert "INSIDE ok" in lines and h.far_path(wd / "inside.txt").read_text() == "inside\n"
+    assert escapes.digest(h.far_path(victim)) == before
+    assert sorted(p.name for p in h.far_path(outside).iterdir()) == ["victim.txt"]
+    assert not list(h.far_path(h.home).glob("saphan-escape-*"))
 
     rec = far.record()
     launcher = far.ok("machine", "show", "far1", "--json").json()["facts"]["launcher"]["value"]
@@ -86,7 +86,7 @@ def test_missing_far_workdir_is_refused(far: Remote) -> None:
     assert f"refused [workdir-missing]: the working directory {wd} does not exist on far1" in r.err
     rec = far.record()
     assert rec["refusal"]["class"] == "workdir-missing" and rec["finished_at"]
-    assert not wd.exists()
+    assert not far.host("far1").far_path(wd).exists()
     # The seat was given back: the next run gets it.
     far.ok(*RUN, "--workdir", str(far.host("far1").mkdir("ok")), "--", "true")
 
@@ -94,14 +94,15 @@ def test_missing_far_workdir_is_refused(far: Remote) -> None:
 def test_slot_pin_checks_the_far_agent_digest(far: Remote) -> None:
     """The pin is checked against the digest the preflight measured on far1."""
     far.ready("far1")
-    wd = far.host("far1").mkdir("pin/wd")
+    h = far.host("far1")
+    wd = h.mkdir("pin/wd")
     marker = wd / "ran"
     other = "0" * 64
     far.ok("slot", "set", "far1", "s1", "--pin-sha256", other)
     r = far(*RUN, "--workdir", str(wd), "--", "touch", str(marker))
     assert r.code == 3, r.err
     assert "refused [digest-mismatch]" in r.err and "slot s1 on machine far1" in r.err
-    assert not marker.exists()
+    assert not h.far_path(marker).exists()
     rec = far.record()
     assert rec["refusal"]["class"] == "digest-mismatch" and rec["finished_at"]
     far_digest = rec["agent"]["sha256"]
@@ -109,7 +110,7 @@ def test_slot_pin_checks_the_far_agent_digest(far: Remote) -> None:
     assert far.ok("slot", "show", "far1", "s1", "--json").json()["holders"] == []
     far.ok("slot", "set", "far1", "s1", "--pin-sha256", far_digest)
     far.ok(*RUN, "--workdir", str(wd), "--", "touch", str(marker))
-    assert marker.exists()
+    assert h.far_path(marker).exists()
     assert far.record()["agent"]["pinned_sha256"] == far_digest
 
 
@@ -124,7 +125,7 @@ def test_far_launcher_changed_after_probe_is_refused(far: Remote) -> None:
     far.ready("far1")
     h = far.host("far1")
     wd = h.mkdir("tamper/wd")
-    launcher = h.home / ".saphan" / "bin" / "saphan-launcher"
+    launcher = h.far_path(h.home / ".saphan" / "bin" / "saphan-launcher")
     good = launcher.read_bytes()
     launcher.write_bytes(good + b"\0")
     try:
@@ -132,7 +133,7 @@ def test_far_launcher_changed_after_probe_is_refused(far: Remote) -> None:
         r = far(*RUN, "--workdir", str(wd), "--", "touch", str(marker))
         assert r.code == 3
         assert "refused [digest-mismatch]" in r.err and "was delivered" in r.err
-        assert not marker.exists()
+        assert not h.far_path(marker).exists()
     finally:
         launcher.write_bytes(good)
 
@@ -184,7 +185,7 @@ def test_far_workdirs_a_run_must_never_hold_are_refused(far: Remote, where: str,
     rec = far.record()
     assert rec["refusal"]["class"] == "workdir-unsafe" and rec["finished_at"]
     assert rec["session_ordinal"] is None  # refused before any seat
-    assert (ssh / "authorized_keys").read_text() == "key\n"
+    assert h.far_path(ssh / "authorized_keys").read_text() == "key\n"
 
 
 def test_a_bad_request_found_by_the_far_dial_leaves_no_row(far: Remote) -> None:
