@@ -85,7 +85,8 @@ def test_linux_composes_the_trusted_bubblewrap_with_the_reaper_inside(
         assert len(b.fds) == len(policy.writable_dirs)
         fds = dict(zip(policy.writable_dirs, b.fds, strict=True))
         reaper = _launcher()
-        assert b.prefix == [*bwrap.render(policy, exe, fds), reaper, "reap", "--status-fd", "3", "--"]
+        assert b.prefix == [*bwrap.render(policy, exe, fds), reaper, "reap", "--expect-sha256",
+                            _native.sha256_file(reaper), "--status-fd", "3", "--"]
         assert b.record() == {
             "mechanism": "bubblewrap", "version": b.version, "executable": exe,
             "executable_sha256": _sha256(exe),
@@ -161,7 +162,8 @@ def test_a_directory_swapped_for_a_link_is_refused_by_name_and_nothing_leaks(tmp
 def test_reaper_prefix_is_the_launchers_reap_with_its_digest() -> None:
     prefix, extra = compose.reaper_prefix()
     reaper = _launcher()
-    assert prefix == [reaper, "reap", "--status-fd", "3", "--"]
+    assert prefix == [reaper, "reap", "--expect-sha256", _native.sha256_file(reaper), "--status-fd",
+                      "3", "--"]
     assert extra == {"reaper": {"executable": reaper, "sha256": _native.sha256_file(reaper)}}
 
 
@@ -189,8 +191,9 @@ def test_the_landlock_boundary_sends_only_the_writes_to_the_launcher(layout: dic
         # Only the return path sits under a hidden directory: only it is bound by descriptor.
         assert len(b.fds) == 1
         policy_json = b.extra["policy_json"]
-        assert b.prefix[-7:] == [_launcher(), "exec", "--status-fd", "3", "--policy", policy_json, "--"]
-        assert b.prefix[:-7] == bwrap.render_outer(policy, exe, {str(layout["out"]): b.fds[0]})
+        assert b.prefix[-9:] == [_launcher(), "exec", "--expect-sha256", _native.sha256_file(_launcher()),
+                                 "--status-fd", "3", "--policy", policy_json, "--"]
+        assert b.prefix[:-9] == bwrap.render_outer(policy, exe, {str(layout["out"]): b.fds[0]})
         assert _native.parse_policy(policy_json) == policy_json
         # the writes only: read denials, carve-outs and hiding are the outer bubblewrap's
         assert json.loads(policy_json)["writable"] == [str(layout["wd"]), str(layout["out"]),

@@ -241,7 +241,8 @@ def test_codex_end_to_end_through_saphan_run(
     # No engine boundary nested around Codex: only saphan-launcher's reaper,
     # which confines nothing and kills what the run leaves behind — Codex's
     # fs-helper daemon outlived its run by an hour before (measured).
-    assert rec["boundary_argv"][1:] == ["reap", "--status-fd", "3", "--"]
+    assert rec["boundary_argv"][1:] == ["reap", "--expect-sha256", enforced["reaper"]["sha256"],
+                                        "--status-fd", "3", "--"]
     assert rec["processes_killed_at_end"] is not None
     left = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert not [line for line in left.splitlines() if rec["id"] in line], left

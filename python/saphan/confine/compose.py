@@ -200,7 +200,8 @@ def reaper_prefix() -> tuple[list[str], dict[str, Any]]:
     its own): it kills and counts what the command leaves behind. For a tool
     that confines itself (Codex), so its helpers never outlive the run."""
     reaper = _reaper()
-    return ([reaper.path, "reap", "--status-fd", str(STATUS_FD), "--"],
+    return ([reaper.path, "reap", "--expect-sha256", reaper.sha256, "--status-fd",
+             str(STATUS_FD), "--"],
             {"reaper": {"executable": reaper.path, "sha256": reaper.sha256}})
 
 
@@ -214,7 +215,7 @@ def _bubblewrap(policy: Policy) -> Boundary:
         executable=b.exe,
         executable_sha256=b.sha256,
         prefix=[*bwrap.render(policy, b.exe, fds), reaper.path, "reap",
-                "--status-fd", str(STATUS_FD), "--"],
+                "--expect-sha256", reaper.sha256, "--status-fd", str(STATUS_FD), "--"],
         policy=policy,
         extra={"reaper": {"executable": reaper.path, "sha256": reaper.sha256}},
         status_fd=STATUS_FD,
@@ -257,8 +258,8 @@ def compose_landlock_local(
         version=f"abi {level}",
         executable=launcher_path,
         executable_sha256=launcher_sha256,
-        prefix=[*outer, launcher_path, "exec", "--status-fd", str(STATUS_FD),
-                "--policy", policy_json, "--"],
+        prefix=[*outer, launcher_path, "exec", "--expect-sha256", launcher_sha256,
+                "--status-fd", str(STATUS_FD), "--policy", policy_json, "--"],
         policy=policy,
         extra={"launcher_version": launcher_version, **extra},
         status_fd=STATUS_FD,

@@ -259,6 +259,7 @@ class LocalSite:
                 landlock=landlock,
                 writable=tuple(boundary.policy.writable_set()) if landlock else (),
                 abi=boundary.extra.get("abi") if landlock else None,
+                self_sha256=boundary.executable_sha256 if landlock else None,
             ), record, end)
         facts = adapter.after_run(finished.stdout_path)
         record.update(facts)
