@@ -272,7 +272,7 @@ def machine_deliver(
 
     Each machine receives it under a temporary name, computes its SHA-256
     itself (`sha256sum < FILE`, under `set -eu`), and only a match is moved
-    into place as ~/.saphan/bin/saphan-launcher; the installed file's digest
+    into place as ~/.saphan/w-<id>/bin/saphan-launcher; the installed file's digest
     and --version are then re-resolved there and written onto the machine's
     signed row. Any mismatch is refused (digest-mismatch) and the previously
     installed launcher stays. Exit 3 if any machine refused, 1 if any failed.

@@ -75,8 +75,8 @@ def deliver(
         try:
             with SSHConnection(x, connect_timeout=ctx.config.ssh_connect_timeout,
                                command_timeout=ctx.config.ssh_command_timeout) as conn:
-                got = remote.deliver(conn, data, sha256=sha, version=version,
-                                     previous=previous[x.name])
+                got = remote.deliver(conn, data, root=remote.install_dir(key), sha256=sha,
+                                     version=version, previous=previous[x.name])
                 out.update({"result": "installed", "path": got.path, "sha256": got.sha256,
                             "version": got.version})
                 if probe:

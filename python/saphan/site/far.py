@@ -22,6 +22,7 @@ Scripts use only POSIX sh and coreutils (sha256sum, mktemp, tr).
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 import re
 import shlex
@@ -36,19 +37,25 @@ from saphan.store.rows import Machine
 from saphan.tools.session_key import session_key
 from saphan.transport.ssh import SSHConnection
 
-#: where delivery installs the launcher, relative to the far user's $HOME
-LAUNCHER_DIR = ".saphan/bin"
 LAUNCHER_NAME = "saphan-launcher"
 #: the signed fact a delivery writes: what is installed where, measured there
 FACT_KIND = "launcher"
-#: where each run's far control directory is made (holder, launcher status),
-#: relative to the far user's $HOME: never inside a grant (the working
-#: directory may not contain ~/.saphan), so no process of a run can write it
-CONTROL_DIR = ".saphan/runs"
 #: the devices a run may write, when the far machine has them
 DEVICES = ("/dev/null", "/dev/tty", "/dev/zero", "/dev/random", "/dev/urandom")
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def install_dir(record_key: bytes) -> str:
+    """One workspace's far install directory, relative to the far user's
+    $HOME: ``.saphan/w-<16 hex>``, derived from the workspace's record key
+    (one-way: it names the workspace and reveals nothing of the key), so two
+    saphan installs sharing a runner account never overwrite each other's
+    launcher. Below it: ``bin/saphan-launcher`` and ``runs/<run id>/`` (each
+    run's control directory: its holder and the launcher's status — outside
+    every grant, since no working directory may lie in or around ~/.saphan)."""
+    tag = hashlib.sha256(b"saphan far install\0" + record_key).hexdigest()[:16]
+    return f".saphan/w-{tag}"
 
 
 def holder_host(m: Machine) -> str:
@@ -87,7 +94,7 @@ set -eu
 umask 077
 d="$HOME/{dir}"
 mkdir -p "$d"
-chmod go-w "$HOME/.saphan" "$d"
+chmod go-w "$HOME/.saphan" "$HOME/{root}" "$d"
 t=$(mktemp "$d/.{name}.XXXXXXXX")
 printf 'temp=%s\\n' "$t"
 cat > "$t"
@@ -125,7 +132,7 @@ fi
 """
 
 
-def deliver(conn: SSHConnection, data: bytes, *, sha256: str, version: str,
+def deliver(conn: SSHConnection, data: bytes, *, root: str, sha256: str, version: str,
             previous: str | None) -> Delivered:
     """Install ``data`` (saphan-launcher, whose local digest is ``sha256`` and
     ``--version`` line is ``version``) as ``~/.saphan/bin/saphan-launcher``.
@@ -137,18 +144,19 @@ def deliver(conn: SSHConnection, data: bytes, *, sha256: str, version: str,
     name = conn.name
     kept = (f"the previously installed launcher (sha256 {previous}) is kept"
             if previous else "no launcher was installed before, and none is now")
-    up = conn.run(_UPLOAD.format(dir=LAUNCHER_DIR, name=LAUNCHER_NAME), stdin=data)
+    bindir = f"{root}/bin"
+    up = conn.run(_UPLOAD.format(dir=bindir, root=root, name=LAUNCHER_NAME), stdin=data)
     got = _kv_lines(up.out)
     temp = got.get("temp", "")
     if up.exit_code != 0 or not _HEX64.match(got.get("sha256", "")):
         if temp:
-            conn.run(_DISCARD.format(temp=_q(temp), dir=LAUNCHER_DIR, name=LAUNCHER_NAME))
+            conn.run(_DISCARD.format(temp=_q(temp), dir=bindir, name=LAUNCHER_NAME))
         raise TransportError(
             name, f"machine {name}: the upload failed (exit {up.exit_code}): "
             f"{up.err or up.out.strip() or 'no output'}; nothing was installed and {kept}"
         )
     if got["sha256"] != sha256:
-        conn.run(_DISCARD.format(temp=_q(temp), dir=LAUNCHER_DIR, name=LAUNCHER_NAME))
+        conn.run(_DISCARD.format(temp=_q(temp), dir=bindir, name=LAUNCHER_NAME))
         raise refusals.digest_mismatch(
             f"the launcher uploaded to {name} measures sha256 {got['sha256']} there (its own "
             f"sha256sum), but the launcher sent is sha256 {sha256}; the upload was removed, "
@@ -157,12 +165,12 @@ def deliver(conn: SSHConnection, data: bytes, *, sha256: str, version: str,
             f"{name}: something between here and its disk changes the bytes",
         )
     inst = conn.run(_INSTALL.format(
-        temp=_q(temp), sha=_q(sha256), version=_q(version), dir=LAUNCHER_DIR,
+        temp=_q(temp), sha=_q(sha256), version=_q(version), dir=bindir,
         name=LAUNCHER_NAME,
     ))
     res = _kv_lines(inst.out)
     if inst.exit_code != 0 or "path" not in res:
-        conn.run(_DISCARD.format(temp=_q(temp), dir=LAUNCHER_DIR, name=LAUNCHER_NAME))
+        conn.run(_DISCARD.format(temp=_q(temp), dir=bindir, name=LAUNCHER_NAME))
         raise TransportError(
             name, f"machine {name}: installing the launcher failed (exit {inst.exit_code}): "
             f"{inst.err or 'no output'}"
@@ -415,24 +423,25 @@ def _run(run_id: str) -> str:
     return run_id
 
 
-def read_holder(conn: SSHConnection, run_id: str) -> tuple[int, int, str]:
+def read_holder(conn: SSHConnection, root: str, run_id: str) -> tuple[int, int, str]:
     """The far process that holds a run's seat, as the far script wrote it
     before anything of the run started (pid, start ticks, boot id)."""
-    done = conn.run(_READ_HOLDER.format(dir=CONTROL_DIR, run=_run(run_id)),
+    done = conn.run(_READ_HOLDER.format(dir=f"{root}/runs", run=_run(run_id)),
                     timeout=conn.connect_timeout * 2 + 10)
     parts = done.out.split()
     if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
         raise TransportError(conn.name, f"machine {conn.name}: the far run's holder could not be "
-                             f"read from {CONTROL_DIR}/{run_id}/holder ({done.err or done.out!r})")
+                             f"read from {root}/runs/{run_id}/holder ({done.err or done.out!r})")
     return int(parts[0]), int(parts[1]), parts[2]
 
 
-def read_status(conn: SSHConnection, run_id: str, limit: int = 1 << 16) -> bytes:
+def read_status(conn: SSHConnection, root: str, run_id: str, limit: int = 1 << 16) -> bytes:
     """The far launcher's status file (its control lines), at most ``limit`` bytes."""
-    return conn.run(_READ_STATUS.format(dir=CONTROL_DIR, run=_run(run_id), limit=limit)).stdout
+    return conn.run(_READ_STATUS.format(dir=f"{root}/runs", run=_run(run_id),
+                                        limit=limit)).stdout
 
 
-def forget_run(conn: SSHConnection, run_id: str) -> None:
+def forget_run(conn: SSHConnection, root: str, run_id: str) -> None:
     """Remove an ended run's control directory (best effort: it is small)."""
     with suppress(TransportError):
-        conn.run(_FORGET.format(dir=CONTROL_DIR, run=_run(run_id)))
+        conn.run(_FORGET.format(dir=f"{root}/runs", run=_run(run_id)))

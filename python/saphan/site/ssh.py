@@ -50,7 +50,6 @@ from saphan.confine.policy import Policy
 from saphan.errors import Interrupted, TransportError, UserError
 from saphan.refusals import Refusal
 from saphan.run.end import RunEnd
-from saphan.site.far import CONTROL_DIR
 from saphan.store.rows import Machine, Slot
 from saphan.timefmt import now_iso
 from saphan.tools.binaries import check_pin
@@ -92,6 +91,8 @@ class SshSite:
         self.policy_json = ""
         self.seen: dict[str, Any] = {}
         self.leave_live = False
+        #: this workspace's far install directory (far.install_dir)
+        self.root = ""
 
     @staticmethod
     def far_workdir(machine: Machine, workdir: str | os.PathLike[str] | None) -> str:
@@ -107,7 +108,10 @@ class SshSite:
     # -- before the seat -----------------------------------------------------------
     def inspect(self, base: dict[str, Any]) -> None:
         """The gate on the machine's row, then the one preflight dial."""
+        from saphan.site import far as far_side
+
         base["transport"] = {"kind": "ssh", "address": self.machine.address()}
+        self.root = far_side.install_dir(self.ctx.record_key())
         self.far = _inspect(self.ctx, self.slot, self.machine, base, self.command,
                             self.workdir)
 
@@ -164,14 +168,14 @@ class SshSite:
         Nothing the far process prints is interpreted: its holder (pid, start
         time, boot id) and the launcher's control lines are read from files
         in the run's far control directory, over channels of their own
-        (far.CONTROL_DIR; the Landlock domain keeps it unwritable)."""
+        (far.install_dir; the Landlock domain keeps it unwritable)."""
         from saphan.site import far as far_side
 
         far, run_id = self._far(), record["id"]
         run_dir = self.ctx.workspace.run_dir(run_id)
         script = run_script(
             launcher=far.delivered["path"], launcher_sha256=far.launcher_sha,
-            policy_json=self.policy_json, argv=far.argv, run_id=run_id,
+            policy_json=self.policy_json, argv=far.argv, run_id=run_id, root=self.root,
         )
         record["output"] = {"stdout": str(run_dir / "stdout.log"),
                             "stderr": str(run_dir / "stderr.log")}
@@ -190,7 +194,7 @@ class SshSite:
             raise
         end.exited(finished.exit_code)
         self._collect_status(record, end)
-        far_side.forget_run(far.conn, run_id)
+        far_side.forget_run(far.conn, self.root, run_id)
 
     def _read_holder(self, record: dict[str, Any]) -> None:
         """The far process, as the far script wrote it before the launcher
@@ -198,7 +202,7 @@ class SshSite:
         from saphan.site import far as far_side
 
         far, run_id = self._far(), record["id"]
-        pid, ticks, boot = far_side.read_holder(far.conn, run_id)
+        pid, ticks, boot = far_side.read_holder(far.conn, self.root, run_id)
         self.seen.update({"pid": pid, "start_ticks": ticks, "boot_id": boot})
         record["far_process"] = dict(self.seen)
         self.ctx.store.set_holder(run_id, (far_side.holder_host(self.machine), pid, ticks, boot))
@@ -211,7 +215,7 @@ class SshSite:
 
         far = self._far()
         try:
-            raw = far_side.read_status(conn or far.conn, record["id"])
+            raw = far_side.read_status(conn or far.conn, self.root, record["id"])
         except TransportError as e:
             if required:
                 raise
@@ -266,7 +270,7 @@ class SshSite:
                 f"the connection to {name} was lost at {at}; saphan dialled again and waited "
                 "for the far process to end: output it wrote after the loss is not in this "
                 "record")]
-        far_side.forget_run(conn, record["id"])
+        far_side.forget_run(conn, self.root, record["id"])
 
     def interrupted(self, e: Interrupted) -> str:
         return f"{e}: the far process on {self.machine.name} was hung up (SIGHUP)"
@@ -439,10 +443,10 @@ def _agent(name: str, pf: Preflight, argv0: str, wd: str) -> tuple[str, str]:
 
 
 def run_script(*, launcher: str, launcher_sha256: str, policy_json: str, argv: list[str],
-               run_id: str) -> str:
+               run_id: str, root: str) -> str:
     """The far side of a run, for /bin/sh.
 
-    1. the run's control directory (far.CONTROL_DIR/<run id>, made new, owner
+    1. the run's control directory (<root>/runs/<run id>, made new, owner
        only), outside every grant;
     2. the holder: this shell's pid, start time (field 22 of /proc/PID/stat)
        and boot id, written there BEFORE anything of the run starts — the
@@ -459,14 +463,14 @@ def run_script(*, launcher: str, launcher_sha256: str, policy_json: str, argv: l
        anything, and writes every control line to ``status`` (fd 4) only.
     """
     q = shlex.quote
-    d = f'"$HOME"/{CONTROL_DIR}/{q(run_id)}'
+    d = f'"$HOME"/{q(root)}/runs/{q(run_id)}'
     cmd = " ".join(q(a) for a in [launcher, "exec", "--expect-sha256", launcher_sha256,
                                   "--status-fd", "4", "--policy", policy_json, "--", *argv])
     return f"""\
 set -u
 umask 077
 D={d}
-mkdir -p "$HOME"/{CONTROL_DIR} && mkdir "$D" || {{
+mkdir -p "$HOME"/{q(root)}/runs && mkdir "$D" || {{
   echo "saphan-far: cannot create the run's control directory $D" >&2; exit 125; }}
 SAPHAN_RUN_ID={q(run_id)}
 export SAPHAN_RUN_ID

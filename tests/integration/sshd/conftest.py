@@ -90,6 +90,14 @@ class Remote:
         extra = ["--max-sessions", str(max_sessions)] if max_sessions else []
         self.ok("slot", "add", name, slot, "--tool", tool, *extra)
 
+    def launcher_path(self, name: str) -> Path:
+        """The far path where delivery puts the launcher on ``name``: this
+        workspace's own install directory (site/far.install_dir)."""
+        from saphan.site.far import install_dir
+
+        key = (self.s.home / "record.key").read_bytes()
+        return self.host(name).home / install_dir(key) / "bin" / "saphan-launcher"
+
     def record(self, run_id: str = "last") -> dict[str, Any]:
         rec = self.ok("runs", "show", run_id, "--json").json()
         assert isinstance(rec, dict)

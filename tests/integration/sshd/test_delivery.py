@@ -12,7 +12,7 @@ from saphan import _native
 
 def _installed(far: Remote, name: str) -> Path:
     """The far path of the delivered launcher (as its host names it)."""
-    return far.host(name).home / ".saphan" / "bin" / "saphan-launcher"
+    return far.launcher_path(name)
 
 
 def _seen(far: Remote, name: str) -> Path:

@@ -80,7 +80,7 @@ def test_the_delivered_launcher_exists_only_in_the_far_view(far: Remote) -> None
     far.add("far1")
     far.ok("machine", "deliver", "far1")
     h = far.host("far1")
-    installed = h.home / ".saphan" / "bin" / "saphan-launcher"
+    installed = far.launcher_path("far1")
     row = far.ok("machine", "show", "far1", "--json").json()["facts"]["launcher"]["value"]
     assert row["path"] == str(installed)
     local = far.ok("launcher", "path").out.strip()

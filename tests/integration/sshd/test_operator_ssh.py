@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import Saphan
 from integration.sshd.conftest import Remote
 
 
@@ -114,3 +115,24 @@ def test_ssh_agent_is_opt_in_and_recorded(far: Remote, tmp_path: Path, flag: str
     finally:
         agent.terminate()
         agent.wait(10)
+
+
+def test_two_workspaces_sharing_a_runner_account_keep_their_own_launchers(
+        far: Remote, tmp_path: Path) -> None:
+    """Each workspace installs under its own ~/.saphan/w-<id>: a second
+    install delivering to the same account leaves the first one's launcher
+    (and its signed row) as they were."""
+    far.ready("far1")
+    h = far.host("far1")
+    first = far.launcher_path("far1")
+    before = h.far_path(first).read_bytes()
+    other = Saphan(tmp_path / "second")
+    other.ok("init", "--database-url", "sqlite")
+    other.ok("machine", "add", "far1", "--ssh", h.target, "--identity", str(far.hosts.client_key))
+    other.ok("machine", "deliver", "far1", "--probe")
+    second = Path(other.ok("machine", "show", "far1", "--json").json()
+                  ["facts"]["launcher"]["value"]["path"])
+    assert second != first and second.parent.parent != first.parent.parent
+    assert h.far_path(first).read_bytes() == before and h.far_path(second).exists()
+    wd = h.mkdir("two/wd")
+    far.ok("run", "--machine", "far1", "--slot", "s1", "--workdir", str(wd), "--", "true")

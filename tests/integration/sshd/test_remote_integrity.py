@@ -216,7 +216,7 @@ def test_a_launcher_swapped_between_check_and_exec_is_refused(far: Remote) -> No
     far.ready("far1")
     h = far.host("far1")
     wd = h.mkdir("swap/wd")
-    launcher = h.home / ".saphan" / "bin" / "saphan-launcher"
+    launcher = far.launcher_path("far1")
     engine = Engine(far.s.home)
     try:
         base = {"id": new_run_id(), "machine": "far1", "slot": "s1", "tool": "command",

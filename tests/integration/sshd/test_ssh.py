@@ -125,7 +125,7 @@ def test_far_launcher_changed_after_probe_is_refused(far: Remote) -> None:
     far.ready("far1")
     h = far.host("far1")
     wd = h.mkdir("tamper/wd")
-    launcher = h.far_path(h.home / ".saphan" / "bin" / "saphan-launcher")
+    launcher = h.far_path(far.launcher_path("far1"))
     good = launcher.read_bytes()
     launcher.write_bytes(good + b"\0")
     try:
@@ -177,7 +177,7 @@ def test_far_workdirs_a_run_must_never_hold_are_refused(far: Remote, where: str,
     h.as_user("mkdir", "-p", str(ssh / "keys"))
     h.as_user("sh", "-c", f"echo key > {ssh}/authorized_keys")
     wd = {"root": Path("/"), "home": h.home, "above-home": h.home.parent, "ssh": ssh,
-          "ssh-keys": ssh / "keys", "install": h.home / ".saphan" / "bin",
+          "ssh-keys": ssh / "keys", "install": far.launcher_path("far1").parent,
           "tmp": Path("/tmp")}[where]
     r = far(*RUN, "--workdir", str(wd), "--", "sh", "-c", f"echo evil >> {ssh}/authorized_keys")
     assert r.code == 3, r.err
