@@ -136,3 +136,45 @@ def test_two_workspaces_sharing_a_runner_account_keep_their_own_launchers(
     assert h.far_path(first).read_bytes() == before and h.far_path(second).exists()
     wd = h.mkdir("two/wd")
     far.ok("run", "--machine", "far1", "--slot", "s1", "--workdir", str(wd), "--", "true")
+
+
+def test_proxy_jump_through_a_second_test_host(far: Remote, tmp_path: Path) -> None:
+    """far2 lets the client key in only from far1's address; ~/.ssh/config
+    reaches it with ProxyJump through far1. Both host keys are pinned, and
+    delivery, probe and a run all go through the jump."""
+    jump, target = far.host("far1"), far.host("far2")
+    forward = Path("/proc/sys/net/ipv4/ip_forward")
+    was = forward.read_text()
+    keys = target.cfg / "authorized_keys"
+    allowed = keys.read_text()
+    routes = [(jump.netns, f"{target.addr}/32", jump.host_addr),
+              (target.netns, f"{jump.addr}/32", target.host_addr)]
+    try:
+        forward.write_text("1\n")
+        for ns, dest, via in routes:
+            subprocess.run(["ip", "-n", ns, "route", "add", dest, "via", via], check=True)
+        keys.write_text(f'from="{jump.addr}" {allowed}')
+        conf = tmp_path / "ssh_config"
+        conf.write_text(f"Host jumper\n  HostName {jump.addr}\n  User {jump.user}\n"
+                        f"Host behind\n  HostName {target.addr}\n  User {target.user}\n"
+                        f"  ProxyJump jumper\n  IdentityFile {far.hosts.client_key}\n")
+        # Directly, far2 refuses the key (the from= restriction): the jump is what works.
+        r = far("machine", "add", "direct", "--ssh", target.target, "--identity",
+                str(far.hosts.client_key))
+        assert r.code == 1 and "authentication failed" in r.err, r.err
+        r = far.ok("machine", "add", "far2", "--ssh", "behind", "--ssh-config", str(conf))
+        assert f"through jump host {jump.user}@{jump.addr}:22: pinned host key " \
+               f"{jump.fingerprint()}" in r.out
+        shown = far.ok("machine", "show", "far2", "--json").json()
+        assert shown["proxy_jump"].startswith(f"{jump.user}@{jump.addr}:22 ssh-ed25519 ")
+        far.ok("machine", "deliver", "far2", "--probe")
+        far.ok("slot", "add", "far2", "s1", "--tool", "command")
+        wd = target.mkdir("jump/wd")
+        far.ok("run", "--machine", "far2", "--slot", "s1", "--workdir", str(wd), "--",
+               "sh", "-c", "echo via-jump > out.txt")
+        assert target.far_path(wd / "out.txt").read_text() == "via-jump\n"
+    finally:
+        keys.write_text(allowed)
+        for ns, dest, via in routes:
+            subprocess.run(["ip", "-n", ns, "route", "del", dest, "via", via], check=False)
+        forward.write_text(was)
