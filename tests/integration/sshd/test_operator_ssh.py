@@ -178,3 +178,38 @@ def test_proxy_jump_through_a_second_test_host(far: Remote, tmp_path: Path) -> N
         for ns, dest, via in routes:
             subprocess.run(["ip", "-n", ns, "route", "del", dest, "via", via], check=False)
         forward.write_text(was)
+
+
+def test_a_runner_without_sha256sum_uses_shasum_and_one_with_neither_is_named(
+        far: Remote) -> None:
+    """The digest tool is found, not assumed: `shasum -a 256` where
+    `sha256sum` is absent (recorded), and a runner with neither is told so.
+    The tools are hidden in far3's own view only (a non-executable file bound
+    over each), and given back after."""
+    far.ready("far3")
+    h = far.host("far3")
+    wd = h.mkdir("digest/wd")
+    wrapper = h.cfg / "bin" / "sha256sum"
+    saved = wrapper.read_bytes()
+    hidden: list[str] = []
+
+    def hide(tool: str) -> None:
+        h.in_view("mount", "--bind", "/dev/null", tool)
+        hidden.append(tool)
+
+    try:
+        wrapper.unlink()
+        hide("/usr/bin/sha256sum")
+        far.ok("run", "--machine", "far3", "--slot", "s1", "--workdir", str(wd), "--", "true")
+        assert far.record()["preflight"]["digest_tool"] == "shasum -a 256"
+        hide("/usr/bin/shasum")
+        r = far("run", "--machine", "far3", "--slot", "s1", "--workdir", str(wd), "--", "true")
+        assert r.code == 3 and "refused [digest-mismatch]: far3 has no SHA-256 tool" in r.err, r.err
+        assert Path("/usr/bin/sha256sum").stat().st_size > 0  # the control plane's is untouched
+    finally:
+        for tool in reversed(hidden):
+            h.in_view("umount", tool, check=False)
+        wrapper.write_bytes(saved)
+        wrapper.chmod(0o755)
+    far.ok("run", "--machine", "far3", "--slot", "s1", "--workdir", str(wd), "--", "true")
+    assert far.record()["preflight"]["digest_tool"] == "sha256sum"
