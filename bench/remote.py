@@ -12,8 +12,12 @@ same hosts tests/integration/sshd uses; needs root) and measures, as medians:
    for information, a whole `saphan run` process (new connection each time);
 2. `deliver --probe` to 4 hosts in parallel, beside the same to 1 host.
 
-Targets (issue 6): remote run <= 2x plain ssh; 4 hosts in parallel <= 1.5x
-one host.
+3. the launcher's self-digest (`--expect-sha256`, hashing /proc/self/exe
+   before it applies anything) on a copy padded to 10 MB, beside the same
+   launcher without it (bench/self_digest.py).
+
+Targets: remote run <= 2x plain ssh; 4 hosts in parallel <= 1.5x one host
+(issue 6); the self-digest adds <= 5 ms on a 10 MB launcher (issue 15).
 """
 
 from __future__ import annotations
@@ -119,6 +123,16 @@ def main() -> None:
              med["cli"] / med["plain"], "(info)"),
             ("deliver --probe, 1 host [baseline]", d1, 1.0, ""),
             ("deliver --probe, 4 hosts in parallel", d4, d4 / d1, "<= 1.5x"),
+        ]
+        from self_digest import measure
+
+        launcher = Path(subprocess.run([saphan, "launcher", "path"], env=env, text=True,
+                                       capture_output=True).stdout.strip())
+        plain_reap, digest_reap, _ = measure(launcher, 10_000_000, args.runs)
+        rows += [
+            ("launcher reap -- /bin/true, padded to 10 MB [baseline]", plain_reap, 1.0, ""),
+            ("the same with --expect-sha256 (self-digest of /proc/self/exe)", digest_reap,
+             digest_reap / plain_reap, f"+{(digest_reap - plain_reap) * 1000:.1f} ms, <= +5 ms"),
         ]
         print(f"{'case':<64} {'median ms':>10} {'ratio':>7}  target")
         for name, value, ratio, target in rows:

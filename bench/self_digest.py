@@ -54,6 +54,30 @@ def _run(argv: list[str], expect_line: str | None) -> float:
     return seconds
 
 
+def measure(src: Path, size: int, runs: int) -> tuple[float, float, float]:
+    """Medians (seconds) of `reap -- /bin/true` without and with
+    `--expect-sha256`, on a copy of ``src`` padded to ``size`` bytes; and the
+    copy's size in MiB."""
+    with tempfile.TemporaryDirectory(prefix="saphan-self-digest-") as d:
+        copy = _padded_copy(src, Path(d), size)
+        digest = hashlib.sha256(copy.read_bytes()).hexdigest()
+        plain = [str(copy), "reap", "--", "/bin/true"]
+        checked = [str(copy), "reap", "--expect-sha256", digest, "--", "/bin/true"]
+        line = f"saphan-launcher: self sha256={digest}"
+        copy_mib = copy.stat().st_size / 2**20
+        for _ in range(3):  # warm the page cache and the dynamic paths
+            _run(plain, None)
+            _run(checked, line)
+        without: list[float] = []
+        with_digest: list[float] = []
+        for i in range(runs):
+            # Alternate which goes first, so neither always follows the other.
+            order = [(plain, None, without), (checked, line, with_digest)]
+            for argv, expect, into in order if i % 2 == 0 else reversed(order):
+                into.append(_run(argv, expect))
+    return statistics.median(without), statistics.median(with_digest), copy_mib
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=30)
@@ -62,29 +86,9 @@ def main() -> None:
     ap.add_argument("--launcher", type=Path, default=None)
     args = ap.parse_args()
     src = args.launcher or _launcher()
-
-    with tempfile.TemporaryDirectory(prefix="saphan-self-digest-") as d:
-        copy = _padded_copy(src, Path(d), int(args.mib * 1024 * 1024))
-        digest = hashlib.sha256(copy.read_bytes()).hexdigest()
-        plain = [str(copy), "reap", "--", "/bin/true"]
-        checked = [str(copy), "reap", "--expect-sha256", digest, "--", "/bin/true"]
-        line = f"saphan-launcher: self sha256={digest}"
-
-        copy_mib = copy.stat().st_size / 2**20
-        for _ in range(3):  # warm the page cache and the dynamic paths
-            _run(plain, None)
-            _run(checked, line)
-        without: list[float] = []
-        with_digest: list[float] = []
-        for i in range(args.runs):
-            # Alternate which goes first, so neither always follows the other.
-            order = [(plain, None, without), (checked, line, with_digest)]
-            for argv, expect, into in order if i % 2 == 0 else reversed(order):
-                into.append(_run(argv, expect))
-
+    without, with_digest, copy_mib = measure(src, int(args.mib * 1024 * 1024), args.runs)
     size_mib = os.path.getsize(src) / 2**20
-    m_without = statistics.median(without) * 1000
-    m_with = statistics.median(with_digest) * 1000
+    m_without, m_with = without * 1000, with_digest * 1000
     diff = m_with - m_without
     print(f"launcher {src} ({size_mib:.2f} MiB), copy padded to {copy_mib:.2f} MiB, "
           f"{args.runs} runs each")
