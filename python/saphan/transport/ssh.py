@@ -201,7 +201,8 @@ class _IdentityUnusable(Exception):
 
 def _load_identity(paramiko: Any, path: str, passphrase: str | None) -> Any:
     try:
-        return paramiko.PKey.from_path(path, passphrase)
+        secret = passphrase.encode() if passphrase is not None else None
+        return paramiko.PKey.from_path(path, secret)
     except paramiko.PasswordRequiredException:
         raise
     except OSError as e:

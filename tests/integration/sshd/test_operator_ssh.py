@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Saphan
+from conftest import Saphan, saphan_exe
 from integration.sshd.conftest import Remote
 
 
@@ -213,3 +213,51 @@ def test_a_runner_without_sha256sum_uses_shasum_and_one_with_neither_is_named(
         wrapper.chmod(0o755)
     far.ok("run", "--machine", "far3", "--slot", "s1", "--workdir", str(wd), "--", "true")
     assert far.record()["preflight"]["digest_tool"] == "sha256sum"
+
+
+def test_an_encrypted_identity_is_opened_with_a_passphrase_asked_on_a_terminal(
+        far: Remote, tmp_path: Path) -> None:
+    """On a terminal the passphrase is asked for (never echoed, never
+    stored); a wrong one is named as such."""
+    import os
+    import pty
+    import time
+
+    h = far.host("far1")
+    enc = tmp_path / "id_encrypted"
+    shutil.copy(far.hosts.client_key, enc)
+    enc.chmod(0o600)
+    subprocess.run(["ssh-keygen", "-q", "-p", "-P", "", "-N", "secret", "-f", str(enc)],
+                   check=True)
+
+    def add(name: str, passphrase: str) -> tuple[int, str]:
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: saphan on a terminal
+            os.execvpe(saphan_exe(), [saphan_exe(), "machine", "add", name, "--ssh", h.target,
+                                      "--identity", str(enc)], far.s.env())
+        seen = b""
+        deadline = time.monotonic() + 60
+        sent = False
+        while time.monotonic() < deadline:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+            if not sent and b"passphrase for" in seen:
+                os.write(fd, passphrase.encode() + b"\n")
+                sent = True
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+        return os.waitstatus_to_exitcode(status), seen.decode(errors="replace")
+
+    code, out = add("wrong", "not-it")
+    assert code == 1 and "the passphrase given was wrong" in out, out
+    assert "not-it" not in out  # never echoed
+    assert _machines(far) == []
+    code, out = add("far1", "secret")
+    assert code == 0, out
+    assert "secret" not in out
+    assert _machines(far) == ["far1"]
