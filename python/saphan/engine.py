@@ -163,10 +163,7 @@ class Engine:
         """Re-check every lane's credential custody (or one's); nothing is sent."""
         from saphan import lanes
 
-        chosen = [lanes.get(self.lanes_path, name)] if name else self.lanes()
-        for lane in chosen:
-            lanes.read_credential(lane)
-        return chosen
+        return lanes.check(self.lanes_path, name)
 
     def remove_lane(self, name: str) -> lanes_mod.Lane:
         from saphan import lanes
@@ -191,39 +188,22 @@ class Engine:
 
     def finalize(self, run_id: str, *, reason: str = "operator",
                  force: bool = False) -> RunRecord:
-        """End a live run's row, recorded as such; a holder measured alive (here
-        or on its far machine) needs ``force`` (recorded with its liveness)."""
-        from saphan.errors import UserError
+        """End a live run's row by hand (run/record.finalize_by_operator)."""
         from saphan.run import record
 
-        row = self.ctx.find_run(run_id)
-        if not row.live:
-            raise UserError(f"run {row.id} already finished at {row.finished_at}")
-        seen = self.ctx.holder_liveness(row)
-        if seen is not None and seen.state == "alive" and not force:
-            raise UserError(
-                f"run {row.id}'s holder is alive ({seen.evidence}): ending its row would free "
-                "its seat while it runs; stop it first, or pass --force (recorded)")
-        held = "" if seen is None else f"; its holder was {seen.state} ({seen.evidence})"
-        return record.finalized_by_operator(
-            self.ctx, row, f"{reason}{' (--force)' if force else ''}{held}")
+        return record.finalize_by_operator(self.ctx, run_id, reason=reason, force=force)
 
     def run(self, machine: str, slot: str, argv: Sequence[str], *,
             workdir: str | os.PathLike[str] | None = None, stream: bool = True,
             boundary: str | None = None, repo: str | os.PathLike[str] | None = None,
             base_ref: str | None = None, keep_worktree: bool = True,
             request: AgentRequest | None = None) -> RunRecord:
-        """Cast, reserve, compose, dispatch, record (run/pipeline.py). Returns the
-        finished record.
-
-        Raises :class:`Refusal` (recorded on the run's row) when the run
-        cannot be given its boundary, and :class:`UserError` on bad input
-        (nothing written). ``boundary``: None for the platform's own mechanism
-        (bubblewrap / Seatbelt), or "landlock" for saphan-launcher behind the
-        Landlock gate. ``repo`` runs in a new linked worktree of that repository
-        whose commits are imported onto ``saphan/<run-id>`` (from ``base_ref``,
-        default HEAD), kept afterwards unless ``keep_worktree`` is False.
-        ``request`` is the task for an agent slot (claude, codex, loop).
+        """Cast, reserve, compose, dispatch, record (run/pipeline.py); the finished
+        record. Raises :class:`Refusal` (recorded) when the run cannot be given
+        its boundary, :class:`UserError` on bad input (nothing written).
+        ``boundary``: None (bubblewrap / Seatbelt) or "landlock"; ``repo``: run
+        in a new linked worktree of it (from ``base_ref``), its commits
+        imported onto ``saphan/<run-id>``; ``request``: an agent slot's task.
         """
         from saphan.run import pipeline
 

@@ -262,3 +262,11 @@ def _write(file: Path, lanes: dict[str, Lane]) -> None:
         os.replace(tmp, file)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def check(path: Path, name: str | None = None) -> list[Lane]:
+    """Re-check every lane's credential custody (or the named one's); nothing is sent."""
+    chosen = [get(path, name)] if name else list(load(path).values())
+    for lane in chosen:
+        read_credential(lane)
+    return chosen

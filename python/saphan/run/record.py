@@ -110,6 +110,25 @@ def finished(ctx: Context, record: dict[str, Any], end: RunEnd) -> None:
     write_file(ctx, record)
 
 
+def finalize_by_operator(ctx: Context, run_id: str, *, reason: str,
+                         force: bool = False) -> RunRecord:
+    """`saphan runs finalize`: a live row whose holder is measured alive (here,
+    or on its far machine) is not ended unless ``force``; what was measured
+    is recorded with the reason."""
+    from saphan.errors import UserError
+
+    row = ctx.find_run(run_id)
+    if not row.live:
+        raise UserError(f"run {row.id} already finished at {row.finished_at}")
+    seen = ctx.holder_liveness(row)
+    if seen is not None and seen.state == "alive" and not force:
+        raise UserError(
+            f"run {row.id}'s holder is alive ({seen.evidence}): ending its row would free "
+            "its seat while it runs; stop it first, or pass --force (recorded)")
+    held = "" if seen is None else f"; its holder was {seen.state} ({seen.evidence})"
+    return finalized_by_operator(ctx, row, f"{reason}{' (--force)' if force else ''}{held}")
+
+
 def finalized_by_operator(ctx: Context, row: RunRow, reason: str) -> RunRecord:
     """`saphan runs finalize`: end a live run's row, recorded as such."""
     from saphan.records import finalised_record_json
