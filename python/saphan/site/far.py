@@ -8,7 +8,7 @@ taken on trust where it matters: digests are compared here, and the session
 directory it reports is re-derived here (:func:`verify_session_dir`).
 
     deliver       upload saphan-launcher, SHA-256 it THERE with the far
-                  machine's own sha256sum (through redirection, under set -eu),
+                  machine's own sha256sum or shasum -a 256 (through redirection, under set -eu),
                   install it atomically, re-resolve digest and --version of the
                   installed file; any mismatch keeps the previous launcher
     probe         the delivered launcher's `probe` JSON line
@@ -17,7 +17,8 @@ directory it reports is re-derived here (:func:`verify_session_dir`).
                   a Claude slot this run's own session leaf, created there
     holder        a far holder's liveness facts (boot id, /proc/PID/stat)
 
-Scripts use only POSIX sh and coreutils (sha256sum, mktemp, tr).
+Scripts use only POSIX sh and coreutils (sha256sum, or perl's shasum where it
+is absent; mktemp, tr).
 """
 
 from __future__ import annotations
@@ -92,13 +93,16 @@ class Delivered:
 _UPLOAD = """\
 set -eu
 umask 077
+if command -v sha256sum >/dev/null 2>&1; then sha() {{ sha256sum; }}
+elif command -v shasum >/dev/null 2>&1; then sha() {{ shasum -a 256; }}
+else echo "no-digest-tool: neither sha256sum nor shasum is on PATH" >&2; exit 3; fi
 d="$HOME/{dir}"
 mkdir -p "$d"
 chmod go-w "$HOME/.saphan" "$HOME/{root}" "$d"
 t=$(mktemp "$d/.{name}.XXXXXXXX")
 printf 'temp=%s\\n' "$t"
 cat > "$t"
-s=$(sha256sum < "$t")
+s=$(sha < "$t")
 printf 'sha256=%s\\n' "${{s%% *}}"
 """
 
@@ -110,6 +114,9 @@ case $t in "$HOME/{dir}/.{name}."*) rm -f -- "$t" ;; esac
 _INSTALL = """\
 set -eu
 umask 077
+if command -v sha256sum >/dev/null 2>&1; then sha() {{ sha256sum; }}
+elif command -v shasum >/dev/null 2>&1; then sha() {{ shasum -a 256; }}
+else echo "no-digest-tool: neither sha256sum nor shasum is on PATH" >&2; exit 3; fi
 t={temp}
 want_sha={sha}
 want_ver={version}
@@ -119,7 +126,7 @@ chmod 0755 "$t"
 rm -f -- "$f.prev"
 if [ -e "$f" ]; then ln -f "$f" "$f.prev"; fi
 mv -f -- "$t" "$f"
-s=$(sha256sum < "$f")
+s=$(sha < "$f")
 s=${{s%% *}}
 if v=$("$f" --version 2>&1); then :; else v="--version failed: $v"; fi
 printf 'path=%s\\nsha256=%s\\nversion=%s\\n' "$f" "$s" "$v"
@@ -148,6 +155,10 @@ def deliver(conn: SSHConnection, data: bytes, *, root: str, sha256: str, version
     up = conn.run(_UPLOAD.format(dir=bindir, root=root, name=LAUNCHER_NAME), stdin=data)
     got = _kv_lines(up.out)
     temp = got.get("temp", "")
+    if "no-digest-tool" in up.err:
+        raise TransportError(
+            name, f"machine {name} has no SHA-256 tool (neither sha256sum nor shasum is on its "
+            f"PATH), so an upload cannot be verified there; nothing was installed and {kept}")
     if up.exit_code != 0 or not _HEX64.match(got.get("sha256", "")):
         if temp:
             conn.run(_DISCARD.format(temp=_q(temp), dir=bindir, name=LAUNCHER_NAME))
@@ -159,7 +170,7 @@ def deliver(conn: SSHConnection, data: bytes, *, root: str, sha256: str, version
         conn.run(_DISCARD.format(temp=_q(temp), dir=bindir, name=LAUNCHER_NAME))
         raise refusals.digest_mismatch(
             f"the launcher uploaded to {name} measures sha256 {got['sha256']} there (its own "
-            f"sha256sum), but the launcher sent is sha256 {sha256}; the upload was removed, "
+            f"digest tool), but the launcher sent is sha256 {sha256}; the upload was removed, "
             f"nothing was installed, and {kept}",
             f"deliver again (`saphan machine deliver {name}`); if it recurs, investigate "
             f"{name}: something between here and its disk changes the bytes",

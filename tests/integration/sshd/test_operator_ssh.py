@@ -205,6 +205,8 @@ def test_a_runner_without_sha256sum_uses_shasum_and_one_with_neither_is_named(
         hide("/usr/bin/shasum")
         r = far("run", "--machine", "far3", "--slot", "s1", "--workdir", str(wd), "--", "true")
         assert r.code == 3 and "refused [digest-mismatch]: far3 has no SHA-256 tool" in r.err, r.err
+        r = far("machine", "deliver", "far3")
+        assert r.code == 1 and "far3 has no SHA-256 tool" in r.err, r.err
         assert Path("/usr/bin/sha256sum").stat().st_size > 0  # the control plane's is untouched
     finally:
         for tool in reversed(hidden):
