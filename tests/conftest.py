@@ -208,3 +208,16 @@ def no_landlock(tmp_path_factory: pytest.TempPathFactory) -> str:
     src = Path(__file__).resolve().parent / "helpers" / "no_landlock.c"
     subprocess.run([gcc, "-O2", "-Wall", "-o", str(out), str(src)], check=True)
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def zombie_leader(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """tests/helpers/zombie_leader.c built: a process that looks dead ('Z',
+    its main thread exited) while a thread of it runs on, appending ticks."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    require(gcc is not None, "a C compiler (gcc) to build tests/helpers/zombie_leader.c")
+    assert gcc is not None
+    out = tmp_path_factory.mktemp("helpers") / "zombie_leader"
+    src = Path(__file__).resolve().parent / "helpers" / "zombie_leader.c"
+    subprocess.run([gcc, "-O2", "-Wall", "-pthread", "-o", str(out), str(src)], check=True)
+    return str(out)

@@ -159,6 +159,26 @@ def test_a_setsid_daemon_is_killed_when_the_command_exits(verb: str, workdir: Pa
 
 
 @pytest.mark.parametrize("verb", ["reap", "exec"])
+def test_a_process_whose_leader_thread_exited_is_killed_too(verb: str, workdir: Path,
+                                                            zombie_leader: str) -> None:
+    """A helper whose main thread exited shows as 'Z' while another thread of
+    it runs on (waitpid cannot reap it). The reaper skipped 'Z' processes, so
+    this one outlived its run and the run was recorded as cleanly ended
+    (found by review, measured): SIGKILL goes to it too, ending its thread group."""
+    ticks = workdir / "ticks.txt"
+    v, policy = _verb_args(verb, workdir)
+    r = launch(v, [zombie_leader, str(ticks)], policy=policy)
+    assert r.code == 0, r.err
+    assert r.seconds < 5, f"the launcher took {r.seconds:.1f}s (it gave up?): {r.err}"
+    assert not any(line.startswith("saphan-launcher: abandoned") for line in r.status), r.status
+    assert r.status[-1].startswith(f"{EXITED}0 reaped="), r.status
+    assert _reaped(r.status[-1]) >= 1, r.status
+    before = ticks.read_text().count("\n")
+    time.sleep(0.6)
+    assert ticks.read_text().count("\n") == before, "the helper's thread still ticks"
+
+
+@pytest.mark.parametrize("verb", ["reap", "exec"])
 @pytest.mark.parametrize(("script", "code"), [
     ("exit 0", 0), ("exit 3", 3), ("exit 42", 42), ("kill -TERM $$", 143),
 ])

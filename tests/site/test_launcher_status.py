@@ -129,3 +129,15 @@ def test_lines_of_reads_at_most_the_limit_and_strips_carriage_returns() -> None:
     assert got == ["x" * (LIMIT - 1)]
     assert exit_code(got) is None
     assert lines_of(b"x" * (LIMIT + 10)) == ["x" * LIMIT]
+
+
+def test_processes_the_launcher_could_not_end_make_the_run_fail() -> None:
+    record, end = _record(), _ended()
+    lines = [f"saphan-launcher: self sha256={SHA}", CONFIRM,
+             "saphan-launcher: abandoned pids=[41,42]", EXITED]
+    apply(lines, EXPECTED, record, end)
+    assert record["processes_left_running"] == [41, 42]
+    assert end.outcome == "failed"
+    assert any("could not end every process" in n and "[41, 42]" in n for n in record["notes"])
+    # the boundary itself was confirmed: only the end was not clean
+    assert record["enforced_by"]["confirmation"] == CONFIRM

@@ -8,6 +8,7 @@ is ever parsed as control. The record never claims more than these lines:
     saphan-launcher: self sha256=HEX                       (--expect-sha256)
     saphan-launcher: landlock abi=N enforced writable=[…] scopes=[…]
     saphan-launcher: refused [CLASS] MESSAGE
+    saphan-launcher: abandoned pids=[…]     (it could not end every process)
     saphan-launcher: exited code=N reaped=K
 """
 
@@ -26,6 +27,7 @@ CONFIRM = re.compile(r"^saphan-launcher: landlock abi=(\d+) enforced writable=\[
                      r"(?: scopes=\[(.*?)\])?$")
 REFUSED = re.compile(r"^saphan-launcher: refused \[([a-z-]+)\] (.*)$")
 EXITED = re.compile(r"^saphan-launcher: exited code=(-?\d+) reaped=(\d+)$")
+ABANDONED = re.compile(r"^saphan-launcher: abandoned pids=\[([0-9,]*)\]$")
 
 #: at most this much of a status file is read
 LIMIT = 1 << 16
@@ -69,6 +71,15 @@ def apply(lines: list[str], expected: Expected, record: dict[str, Any], end: Run
             record["notes"] = [*record.get("notes", []), f"the launcher refused: {line}"]
             end.outcome = "failed"
             return
+    left = next((m for m in map(ABANDONED.match, lines) if m), None)
+    if left is not None:
+        pids = [int(p) for p in left.group(1).split(",") if p]
+        record["processes_left_running"] = pids
+        record["notes"] = [*record.get("notes", []), (
+            f"the launcher{on} could not end every process of the run: pids {pids} were "
+            "still there when it gave up; this run did not end cleanly")]
+        if end.outcome == "exited":
+            end.outcome = "failed"
     exited = next((m for m in map(EXITED.match, lines) if m), None)
     if exited is not None:
         record["processes_killed_at_end"] = int(exited.group(2))

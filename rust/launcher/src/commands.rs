@@ -297,6 +297,19 @@ impl Status {
 }
 
 /// The line the launcher ends every supervised run with.
+/// The line that says the launcher could not end every process of the run
+/// (`None` when it did): the engine must not record a clean end.
+pub fn abandoned_line(outcome: &Outcome) -> Option<String> {
+    if outcome.abandoned.is_empty() {
+        return None;
+    }
+    let pids: Vec<String> = outcome.abandoned.iter().map(|p| p.to_string()).collect();
+    Some(format!(
+        "saphan-launcher: abandoned pids=[{}]",
+        pids.join(",")
+    ))
+}
+
 pub fn exited_line(outcome: &Outcome) -> String {
     format!(
         "saphan-launcher: exited code={} reaped={}",
@@ -397,10 +410,14 @@ pub fn launch(custody: Result<(), &Refusal>, launch: Launch, confine: bool) -> E
             Outcome {
                 code: i32::from(EXIT_EXEC_FAILED),
                 reaped: 0,
+                abandoned: Vec::new(),
             }
         }
         Err(e) => return status.refuse(&start_refusal(&e)),
     };
+    if let Some(line) = abandoned_line(&outcome) {
+        status.line(&line);
+    }
     status.line(&exited_line(&outcome));
     ExitCode::from(u8::try_from(outcome.code).unwrap_or(EXIT_IO))
 }
@@ -571,6 +588,30 @@ fn make_scratch(workdir: &Path) -> Result<(), Refusal> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+
+    #[test]
+    fn an_abandoned_process_gets_its_own_line_and_a_clean_end_none() {
+        let clean = Outcome {
+            code: 0,
+            reaped: 1,
+            abandoned: Vec::new(),
+        };
+        assert_eq!(abandoned_line(&clean), None);
+        let left = Outcome {
+            code: 0,
+            reaped: 1,
+            abandoned: vec![41, 42],
+        };
+        assert_eq!(
+            abandoned_line(&left).as_deref(),
+            Some("saphan-launcher: abandoned pids=[41,42]")
+        );
+        assert_eq!(
+            exited_line(&left),
+            "saphan-launcher: exited code=0 reaped=1"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -51,12 +51,14 @@ const KILL_DEADLINE: Duration = Duration::from_secs(10);
 const ROUND_WAIT: Duration = Duration::from_millis(20);
 
 /// How the run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outcome {
     /// The command's exit status, or 128 + the signal that killed it.
     pub code: i32,
     /// How many left-behind processes the launcher killed.
     pub reaped: usize,
+    /// Processes still there when the launcher gave up (empty: none).
+    pub abandoned: Vec<i32>,
 }
 
 /// The launcher, ready to supervise: subreaper set, signals blocked.
@@ -107,10 +109,11 @@ impl Supervisor {
         // The child is reaped with waitpid(-1) below, never through `child`.
         drop(child);
         let end = self.wait_for(pid);
-        let reaped = self.kill_the_rest();
+        let (reaped, abandoned) = self.kill_the_rest();
         Ok(Outcome {
             code: end.code(),
             reaped,
+            abandoned,
         })
     }
 
@@ -145,8 +148,15 @@ impl Supervisor {
         }
     }
 
-    /// Kills every process left behind; returns how many were killed.
-    fn kill_the_rest(&self) -> usize {
+    /// Kills every process left behind; returns how many were killed, and
+    /// the pids still there if it had to give up.
+    ///
+    /// Every child is sent SIGKILL, zombies included: a process whose main
+    /// thread exited shows as `Z` while its other threads run on (waitpid
+    /// cannot reap it), and SIGKILL to it ends the whole thread group (a
+    /// true zombie ignores it). Skipping `Z` let such a process outlive its
+    /// run (measured).
+    fn kill_the_rest(&self) -> (usize, Vec<i32>) {
         let deadline = Instant::now() + KILL_DEADLINE;
         let mut killed: HashSet<i32> = HashSet::new();
         loop {
@@ -155,7 +165,7 @@ impl Supervisor {
                     Ok(Some(_)) => continue,
                     Ok(None) => break,
                     // ECHILD: nothing is left.
-                    Err(_) => return killed.len(),
+                    Err(_) => return (killed.len(), Vec::new()),
                 }
             }
             let children = children();
@@ -165,13 +175,11 @@ impl Supervisor {
                     KILL_DEADLINE.as_secs(),
                     children
                 );
-                return killed.len();
+                return (killed.len(), children);
             }
             for pid in children {
-                if is_zombie(pid) {
-                    continue;
-                }
-                if process::send_signal(pid, process::SIGKILL).is_ok() {
+                let running = !is_zombie(pid) || has_other_threads(pid);
+                if process::send_signal(pid, process::SIGKILL).is_ok() && running {
                     killed.insert(pid);
                 }
             }
@@ -238,6 +246,14 @@ fn parse_stat(text: &str) -> Option<(char, i32)> {
 /// A zombie has exited already; it is reaped, not killed (and not counted).
 fn is_zombie(pid: i32) -> bool {
     matches!(stat_fields(pid), Some(('Z', _)))
+}
+
+/// A zombie thread-group leader whose other threads still run: more than
+/// one entry in `/proc/PID/task`.
+fn has_other_threads(pid: i32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.flatten().take(2).count() > 1)
+        .unwrap_or(false)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ never freed on doubt, and the far launcher's refusal is the run's refusal."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -241,3 +242,26 @@ def test_a_launcher_swapped_between_check_and_exec_is_refused(far: Remote) -> No
     rec = far.record(base["id"])
     assert rec["outcome"] == "refused" and rec["enforced_by"] is None
     assert not h.far_path(wd / "ran.txt").exists()
+
+
+def test_a_process_that_looks_dead_does_not_outlive_its_run(far: Remote,
+                                                           zombie_leader: str) -> None:
+    """The review's route: a helper whose main thread exited ('Z') keeps a
+    thread running; the far launcher skipped it, recorded a clean end, and
+    the seat went to the next run while it still wrote (measured). Now it is
+    killed with its run, and the run's end says so."""
+    far.ready("far1")
+    h = far.host("far1")
+    wd = h.mkdir("leader/wd")
+    exe = h.data / "zombie_leader"
+    shutil.copy(zombie_leader, h.far_path(exe))
+    os.chmod(h.far_path(exe), 0o755)
+    r = far(*RUN, "--workdir", str(wd), "--", str(exe), str(wd / "ticks.txt"))
+    assert r.code == 0, r.err
+    rec = far.record()
+    assert rec["outcome"] == "exited" and rec["processes_killed_at_end"] >= 1, rec
+    assert "processes_left_running" not in rec
+    ticks = h.far_path(wd / "ticks.txt")
+    before = ticks.read_text().count("\n")
+    time.sleep(0.6)
+    assert ticks.read_text().count("\n") == before, "the helper's thread still writes"
