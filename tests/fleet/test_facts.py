@@ -4,6 +4,7 @@ was measured on, and only while no newer one has been seen."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,34 @@ def test_an_edited_row_and_machine_show_refuse_it(ctx: Context) -> None:
     ctx.store.put_fact(fact._replace(value_json=fact.value_json.replace('"level":2', '"level":7')))
     with pytest.raises(Refusal, match=r"\[record-signature-invalid\]"):
         machines.machine_facts(ctx, "far")
+
+
+def test_an_unreadable_high_water_file_is_refused_not_reset(ctx: Context) -> None:
+    m = _far(ctx)
+    _write(ctx, m, 7)
+    (ctx.workspace.home / facts.SEQ_FILE).write_text("{")
+    with pytest.raises(Refusal) as e:
+        _read(ctx)
+    assert e.value.cls == "record-signature-invalid" and "cannot be read" in e.value.message
+    (ctx.workspace.home / facts.SEQ_FILE).write_text('{"x": "not a number"}')
+    with pytest.raises(Refusal):
+        _read(ctx)
+    (ctx.workspace.home / facts.SEQ_FILE).unlink()
+    assert _read(ctx) is not None  # a fresh workspace believes the newest row it first sees
+
+
+def test_the_high_water_file_is_replaced_whole_and_never_followed(ctx: Context,
+                                                                 tmp_path: Path) -> None:
+    m = _far(ctx)
+    seq = ctx.workspace.home / facts.SEQ_FILE
+    victim = tmp_path / "victim"
+    victim.write_text("victim\n")
+    seq.symlink_to(victim)
+    with pytest.raises(Refusal):
+        _write(ctx, m, 7)
+    assert victim.read_text() == "victim\n"
+    seq.unlink()
+    _write(ctx, m, 7)
+    before = seq.stat().st_ino
+    _write(ctx, m, 6)
+    assert seq.stat().st_ino != before and json.loads(seq.read_text())

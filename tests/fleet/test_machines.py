@@ -256,3 +256,18 @@ def test_machine_rows_round_trip_through_the_store(ctx: Context) -> None:
     m = Machine("far", "ssh", "u", "h", 22, "/k", "ssh-ed25519 AAAA", "t")
     assert ctx.store.add_machine(m)
     assert ctx.machine("far") == m
+
+
+def test_an_ssh_config_that_would_run_a_command_is_refused_before_any_lookup(
+        ctx: Context, tmp_path: Path) -> None:
+    """paramiko runs `Match exec` commands while it looks a host up (found by
+    review, measured): saphan refuses such a config by name and runs nothing."""
+    ran = tmp_path / "MATCH_EXEC_RAN"
+    conf = tmp_path / "ssh_config"
+    conf.write_text(f'Host box\n  HostName 127.0.0.1\n  User a\n\nMatch exec "touch {ran}"\n'
+                    "  User x\n")
+    with pytest.raises(UserError) as e:
+        machines.add_machine(ctx, "m9", ssh="box", identity=None, ssh_agent=True,
+                             ssh_config=str(conf))
+    assert f"{conf}:5 has `Match … exec`" in str(e.value)
+    assert not ran.exists() and ctx.machines() == []

@@ -114,35 +114,69 @@ def _slot(machine: str, kind: str) -> str:
 
 class _seq_file:
     """The workspace's high water marks, read and rewritten under an
-    exclusive lock, never through a link."""
+    exclusive lock on a file of its own (``fact-seq.lock``, never replaced),
+    never through a link; the marks are written to a new file renamed over
+    the old one, so a crash never leaves a half-written mark."""
 
     def __init__(self, home: Path) -> None:
         self.path = Path(home) / SEQ_FILE
-        self.fd = -1
+        self.lock = -1
         self.data: dict[str, int] = {}
         self.before: dict[str, int] = {}
 
     def __enter__(self) -> dict[str, int]:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                          0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        raw = b""
-        while chunk := os.read(self.fd, 1 << 16):
-            raw += chunk
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        self.lock = os.open(self.path.with_name(SEQ_FILE + ".lock"), flags, 0o600)
         try:
-            loaded = json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            loaded = {}
-        self.data = {k: int(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {}
+            fcntl.flock(self.lock, fcntl.LOCK_EX)
+            self.data = self._load()
+        except BaseException:
+            os.close(self.lock)
+            raise
         self.before = dict(self.data)
         return self.data
+
+    def _load(self) -> dict[str, int]:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            raise self._unreadable(str(e)) from None
+        try:
+            raw = b""
+            while chunk := os.read(fd, 1 << 16):
+                raw += chunk
+        finally:
+            os.close(fd)
+        try:
+            loaded = json.loads(raw) if raw.strip() else {}
+            if not isinstance(loaded, dict):
+                raise ValueError("not a JSON object")
+            return {str(k): int(v) for k, v in loaded.items()}
+        except (ValueError, TypeError) as e:
+            raise self._unreadable(str(e)) from None
+
+    def _unreadable(self, why: str) -> refusals.Refusal:
+        # Starting again from nothing would believe any older row: say so.
+        return refusals.record_signature_invalid(
+            f"this workspace's record of the newest machine rows it has seen ({self.path}) "
+            f"cannot be read ({why}), so an older row put back into the store could not be "
+            "told apart",
+            f"restore {self.path} from backup, or remove it and probe (and deliver to) every "
+            "machine again")
 
     def __exit__(self, *_exc: object) -> None:
         try:
             if self.data != self.before:
-                out = json.dumps(self.data, sort_keys=True).encode()
-                os.lseek(self.fd, 0, os.SEEK_SET)
-                os.ftruncate(self.fd, 0)
-                os.write(self.fd, out)
+                tmp = self.path.with_name(f".{SEQ_FILE}.{os.getpid()}")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o600)
+                try:
+                    os.write(fd, json.dumps(self.data, sort_keys=True).encode())
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, self.path)
         finally:
-            os.close(self.fd)
+            os.close(self.lock)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from saphan.context import Context
@@ -125,10 +126,30 @@ def _ssh_config(path: str | None) -> _Lookup:
         if path is not None:
             raise UserError(f"--ssh-config {path}: no such file")
         return _Lookup(None)
+    _refuse_commands(where)
     try:
         return _Lookup(paramiko.SSHConfig.from_path(where))
     except Exception as e:  # paramiko raises several types for a bad file
         raise UserError(f"{where} cannot be read as an SSH client config: {e}") from None
+
+
+def _refuse_commands(where: str) -> None:
+    """paramiko runs a ``Match exec`` command while it looks a host up (as
+    OpenSSH would); saphan honours five keys of the config and runs nothing
+    from it, so a config that would run a command is refused by name, before
+    any lookup. (ProxyCommand is never used; only ProxyJump is.)"""
+    try:
+        text = Path(where).read_text(errors="replace")
+    except OSError as e:
+        raise UserError(f"{where} cannot be read: {e.strerror or e}") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        words = line.replace("=", " ").split()
+        if words and words[0].lower() == "match" and any(w.lower() == "exec" for w in words):
+            raise UserError(
+                f"{where}:{n} has `Match … exec`, which would run a command while saphan "
+                "looks a host up; saphan reads only HostName, User, Port, IdentityFile and "
+                "ProxyJump and runs nothing: give --ssh USER@HOST[:PORT] --identity FILE, or "
+                "--ssh-config FILE with a config that has no `Match exec`")
 
 
 class _Lookup:

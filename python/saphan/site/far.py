@@ -381,7 +381,7 @@ def verify_session_dir(machine: str, pf: Preflight) -> str:
 _HOLDER = """\
 b=$(cat /proc/sys/kernel/random/boot_id)
 printf 'boot=%s\\n' "$b"
-if s=$(cat /proc/{pid}/stat 2>/dev/null); then printf 'stat=%s\\n' "$s"; fi
+if s=$(tr '\\n' ' ' < /proc/{pid}/stat 2>/dev/null); then printf 'stat=%s\\n' "$s"; fi
 """
 
 
@@ -400,8 +400,14 @@ def holder_liveness(conn: SSHConnection, holder: Holder) -> Liveness:
     state: str | None = None
     stat = got.get("stat")
     if stat:
-        rest = stat[stat.rindex(")") + 2 :].split()
-        state, ticks = rest[0], int(rest[19])
+        try:
+            rest = stat[stat.rindex(")") + 2 :].split()
+            state, ticks = rest[0], int(rest[19])
+        except (ValueError, IndexError):
+            # A name with a newline or a bracket can cut the line short:
+            # what cannot be read is not "dead".
+            return Liveness("unknown", f"/proc/{holder.pid}/stat on {conn.name} could not be "
+                            f"parsed: {stat[:120]!r}")
     return judge(holder, here_boot=boot, ticks=ticks, state=state, where=conn.name)
 
 
