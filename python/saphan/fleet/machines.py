@@ -260,6 +260,7 @@ def remove_machine(ctx: Context, name: str) -> None:
 
 def machine_facts(ctx: Context, name: str) -> dict[str, Any]:
     """Every fact of the machine, verified (signature, binding, freshness)."""
+    ctx.record_key()  # custody first, facts or none: the verb reads under the key
     out: dict[str, Any] = {}
     for f in ctx.store.list_facts(name):
         got = ctx.verified_fact(name, f.kind)
