@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from conftest import Saphan
 from saphan.confine import protected
 from saphan.refusals import Refusal
-from saphan.tools.permission_class import ACCEPTED, FIELDS, parse
+from saphan.tools.permission_class import ACCEPTED, FIELDS, load, parse
 
 V1: dict[str, Any] = {"schema": 1, "name": "edit", "commands": ["git", "sh"],
                       "write_scope": ["/srv/work"], "network": "off",
@@ -158,6 +158,35 @@ def test_fuzzed_values_load_or_refuse_by_name_never_crash(data: object) -> None:
     assert all("/" not in c for c in pc.commands)
     assert set(pc.writable_protected) <= set(protected.NAMES)
     assert pc.schema == 3 or pc.writable_protected == ()
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ('{"schema": 2, "network": "off", "network": "open"}', "network"),
+    ('{"schema": 2, "allowed_commands": ["git"], "allowed_commands": ["sh"]}',
+     "allowed_commands"),
+    ('{"schema": 1, "schema": 2}', "schema"),
+    # anywhere in the document, not only at the top
+    ('{"schema": 1, "credentials": [{"ANTHROPIC_API_KEY": "a", "ANTHROPIC_API_KEY": "b"}]}',
+     "ANTHROPIC_API_KEY"),
+])
+def test_a_key_given_twice_is_invalid_by_name(tmp_path: Path, text: str, key: str) -> None:
+    """JSON readers keep the last of two equal keys: `"network": "off"` then
+    `"network": "open"` was loaded as open. A repeated key is refused."""
+    path = tmp_path / "dup.json"
+    path.write_text(text)
+    with pytest.raises(Refusal) as e:
+        load(str(path))
+    assert e.value.cls == "policy-invalid"
+    assert f"has the key {key!r} twice" in e.value.message and str(path) in e.value.message
+
+
+def test_a_key_given_twice_through_the_cli(saphan_sqlite: Saphan, tmp_path: Path) -> None:
+    dup = tmp_path / "dup.json"
+    dup.write_text('{"schema": 2, "allowed_commands": ["git"], "network": "off", '
+                   '"network": "open"}')
+    r = saphan_sqlite("policy", "check", str(dup))
+    assert r.code == 3 and "refused [policy-invalid]" in r.err, r.err
+    assert "'network' twice" in r.err and "network: open" not in r.out
 
 
 def test_policy_check_cli(saphan_sqlite: Saphan, tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ protected entries a run may change — and an explicit schema version from
 - a file that claims one version but uses a field of another
   (``policy-schema-mixed``) is rejected, because accepting it would change
   what that version means between releases;
-- anything else malformed — an unknown field, a wrong type, a relative path,
+- anything else malformed — a key that appears twice in one object (anywhere
+  in the document: JSON would silently keep the last), an unknown field, a wrong type, a relative path,
   a command that is not a bare name, a credential value, a credential that
   never reaches a run (``TMPDIR``, ``SSH_AUTH_SOCK``, ``SAPHAN_HOME``,
   ``SAPHAN_RUN_ID``, ``SAPHAN_RETURN_PATH``), a writable protected name that
@@ -111,10 +112,30 @@ def load(path: str) -> PermissionClass:
     except OSError as e:
         raise _invalid(path, f"cannot be read ({e.strerror})") from None
     try:
-        data = json.loads(text)
-    except ValueError as e:
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except _DuplicateKey as e:
+        raise _invalid(path, f"has the key {e.key!r} twice in one object (a JSON reader would "
+                             "keep only one of them, and which is not a policy's choice); "
+                             "give each key once") from None
+    except (ValueError, RecursionError) as e:
         raise _invalid(path, f"is not JSON ({e})") from None
     return parse(data, source=os.path.abspath(path))
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook: every object of the document, keys checked."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
 
 
 def parse(data: object, *, source: str = "<memory>") -> PermissionClass:
