@@ -5,6 +5,8 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+import pytest
+
 from conftest import Saphan
 
 
@@ -40,16 +42,23 @@ def test_unknown_config_key_is_refused_by_name(saphan_sqlite: Saphan) -> None:
     assert "unknown key run.confinment" in r.err
 
 
+@pytest.mark.parametrize(("value", "shown"), [
+    ('"engnie"', "'engnie'"),
+    # not a string: the same recorded refusal (it was a plain error, no run row)
+    ("1", "1 (a TOML integer, not a string)"),
+    ("true", "true (a TOML boolean, not a string)"),
+])
 def test_bad_confinement_setting_refuses_every_run_first(saphan_sqlite: Saphan,
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, value: str,
+                                                          shown: str) -> None:
     cfg = saphan_sqlite.home / "config.toml"
-    cfg.write_text(cfg.read_text().replace('confinement = "engine"', 'confinement = "engnie"'))
+    cfg.write_text(cfg.read_text().replace('confinement = "engine"', f"confinement = {value}"))
     # Refused before any other branch: the machine and slot do not even exist.
     r = saphan_sqlite("run", "--machine", "nope", "--slot", "nope", "--workdir",
                       str(tmp_path), "--", "true")
     assert r.code == 3, r.err
     assert "refused [confinement-setting-invalid]" in r.err
-    assert "'engnie'" in r.err
+    assert f"run.confinement is {shown} in {cfg}" in r.err
     assert "fix:" in r.err
     runs = saphan_sqlite.ok("runs", "list", "--json").json()
     assert isinstance(runs, list) and len(runs) == 1

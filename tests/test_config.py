@@ -62,7 +62,6 @@ env_key = "LOCAL_KEY"
                                          "confinement"),
     ("run = 3\n", "`run` must be a table"),
     ("[ssh]\nconnect_timeout = \"10\"\n", "ssh.connect_timeout must be a int, got str"),
-    ("[run]\nconfinement = 1\n", "run.confinement must be a str, got int"),
     ("[database]\nurl = \"mysql://x\"\n", "database.url 'mysql://x' is neither"),
     ("[database]\nurl = \"sqlite:relative.db\"\n", "is neither \"sqlite\""),
     ("[ssh]\nconnect_timeout = 0\n", "ssh.connect_timeout is 0; give a number of seconds >= 1"),
@@ -102,6 +101,28 @@ def test_a_bad_confinement_loads_and_refuses_at_the_run(tmp_path: Path) -> None:
     assert "'engnie'" in r.message and str(path) in r.message
     assert 'exactly "engine" or "vendor"' in r.message
     assert f"edit {path}" in r.remediation
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    ("1", "1 (a TOML integer, not a string)"),
+    ("true", "true (a TOML boolean, not a string)"),
+    ("1.5", "1.5 (a TOML float, not a string)"),
+    ('["engine"]', '["engine"] (a TOML array, not a string)'),
+    ('{ mode = "engine" }', '{"mode": "engine"} (a TOML table, not a string)'),
+    ("1979-05-27", "1979-05-27 (a TOML date, not a string)"),
+])
+def test_a_confinement_that_is_not_a_string_refuses_at_the_run(tmp_path: Path, value: str,
+                                                               shown: str) -> None:
+    """Not a load error either (it was: `run.confinement must be a str`, and no
+    run was recorded): the same refusal as any other bad value."""
+    path = _write(tmp_path, f"[run]\nconfinement = {value}\n")
+    cfg = load(path)
+    with pytest.raises(Refusal) as info:
+        confinement_mode(cfg)
+    r = info.value
+    assert r.cls == "confinement-setting-invalid"
+    assert f"run.confinement is {shown} in {path}" in r.message, r.message
+    assert 'exactly "engine" or "vendor"' in r.message and "\n" not in r.message
 
 
 @pytest.mark.parametrize("mode", CONFINEMENT_MODES)

@@ -1,13 +1,15 @@
 """The workspace's config.toml: a closed schema, validated on load.
 
 Known keys are listed in :data:`SCHEMA`; any other key is an error naming it.
-``run.confinement`` is NOT validated here: a bad value must surface as the
-refusal ``confinement-setting-invalid`` on the next run of any shape, before
-any other branch of that run (see :func:`confinement_mode`).
+``run.confinement`` is NOT validated here, not even its type: a bad value
+(``"engnie"``, ``1``, ``true``, a table) must surface as the refusal
+``confinement-setting-invalid`` on the next run of any shape, before any other
+branch of that run, recorded like every refusal (see :func:`confinement_mode`).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,9 +18,9 @@ from saphan.errors import UserError
 
 CONFINEMENT_MODES = ("engine", "vendor")
 
-#: section -> {key: python type}
+#: section -> {key: python type} (``object``: any TOML value; checked later)
 SCHEMA: dict[str, dict[str, type]] = {
-    "run": {"confinement": str},
+    "run": {"confinement": object},
     "database": {"url": str},
     "ssh": {"connect_timeout": int, "command_timeout": int},
     "codex": {"base_url": str, "env_key": str},
@@ -43,7 +45,8 @@ url = "sqlite"
 @dataclass(frozen=True)
 class Config:
     path: Path
-    confinement: str
+    #: as written, any TOML value: :func:`confinement_mode` is the check
+    confinement: object
     database_url: str
     #: seconds to reach an SSH machine and finish the handshake
     ssh_connect_timeout: int = 10
@@ -106,11 +109,34 @@ def load(path: Path) -> Config:
 
 def confinement_mode(config: Config) -> str:
     """run.confinement, or the refusal. Every run calls this first."""
-    if config.confinement not in CONFINEMENT_MODES:
+    value = config.confinement
+    if not isinstance(value, str) or value not in CONFINEMENT_MODES:
+        shown = repr(value) if isinstance(value, str) else (
+            f"{_shown(value)} (a TOML {_toml_type(value)}, not a string)")
         raise refusals.confinement_setting_invalid(
-            f"run.confinement is {config.confinement!r} in {config.path}; "
+            f"run.confinement is {shown} in {config.path}; "
             "it accepts exactly \"engine\" or \"vendor\"",
             f'edit {config.path}: set confinement = "engine" under [run] '
             '(or "vendor" to hand confinement to the agent tool, on the record)',
         )
-    return config.confinement
+    return value
+
+
+def _shown(value: object) -> str:
+    """A value other than a string, one line, as TOML would write it (near enough)."""
+    import datetime
+
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    return json.dumps(value, default=str)
+
+
+def _toml_type(value: object) -> str:
+    import datetime
+
+    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "float"), (list, "array"),
+                       (dict, "table"), (datetime.datetime, "date-time"),
+                       (datetime.date, "date"), (datetime.time, "time")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
