@@ -111,7 +111,7 @@ def test_the_spec_it_writes(tmp_path: Path) -> None:
     assert json.loads(Path(a.spec_path).read_text()) == {
         "lane": "b", "base_url": "http://127.0.0.1:8080/v1", "model": "m-b", "timeout": 7,
         "retries": RETRIES, "prompt": "write hello.txt\n", "workdir": "/wd",
-        "allowed_commands": ["git", "make"], "max_turns": 3,
+        "allowed_commands": ["git", "make"], "writable": ["/wd"], "max_turns": 3,
         "max_seconds": DEFAULT_MAX_SECONDS, "command_timeout": COMMAND_TIMEOUT,
         "scrub_env": ["KEY_A", "KEY_B"], "transcript": str(out / "transcript.jsonl"),
         "result": str(out / "loop-result.json")}
@@ -126,6 +126,14 @@ def test_the_composed_line_passes_the_guard_and_a_token_does_not(tmp_path: Path)
     with pytest.raises(Refusal) as info:
         a.guard([*argv, "--dangerously-skip-permissions"])
     assert info.value.cls == "bypass-token"
+    # The allow-list: `-I -m saphan.loop.agent SPEC` and nothing else.
+    for bad in ([*argv, "/other/spec.json"], [argv[0], "-c", "print(1)", *argv[1:]],
+                [*argv[:3], "saphan.other", argv[4]], [argv[0], *argv[2:]],
+                [argv[0], "-I", "-I", *argv[2:]], ["/usr/bin/python3", *argv[1:]],
+                [*argv[:4], "spec.json"]):
+        with pytest.raises(Refusal) as info:
+            a.guard(bad)
+        assert info.value.cls == "bypass-token" and "allow-list" in info.value.message, bad
 
 
 @pytest.mark.parametrize("confinement", ["engine", "vendor"])

@@ -1,7 +1,8 @@
 """tools/adapter.py: what the dispatcher asks of a tool adapter — the base
 defaults every agent adapter starts from (the prompt on stdin, the argv guard
 on the composed command line, the record of model, class and resume) and the
-`command` slot's adapter, which composes nothing and is not guarded."""
+`command` slot's adapter, which composes nothing and is held to the bypass
+check only."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from saphan.confine.policy import Policy
 from saphan.refusals import Refusal
+from saphan.tools import claude
 from saphan.tools.adapter import Adapter, CommandAdapter, first_json_event
 from saphan.tools.binaries import AgentBinary
 from saphan.tools.instruction import Instruction, Resume
@@ -31,6 +33,7 @@ class Composed(Adapter):
 
     line: tuple[str, ...] = ()
     tool = "claude"
+    allowed_argv = claude.ALLOWED_ARGV
 
     def argv(self, policy: Policy) -> list[str]:
         return list(self.line)
@@ -67,11 +70,11 @@ def test_the_record_names_model_class_and_resume() -> None:
 
 
 def test_the_guard_checks_the_composed_line_with_the_instructions_model() -> None:
-    ok = ["/opt/claude", "-p", "--model", "m1"]
+    ok = ["/opt/claude", "-p", "--permission-mode", "plan", "--model", "m1"]
     Composed(BINARY, _instruction(model="m1"), "engine", "R").guard(ok)
     cases: list[tuple[Instruction, list[str], str]] = [
         (_instruction(model="m1"), [*ok, "--dangerously-skip-permissions"], "bypass-token"),
-        (_instruction(model="m1"), ["/opt/claude", "-p", "--model", "m2"], "model-substitution"),
+        (_instruction(model="m1"), [*ok[:-1], "m2"], "model-substitution"),
         (_instruction(), ok, "model-substitution"),  # no model named: none may be selected
         (_instruction(model="m1"), [*ok, "--continue"], "session-resumption"),
         (_instruction(model="m1", resume=Resume("01PREV", "sess-9")), ok,
@@ -85,12 +88,27 @@ def test_the_guard_checks_the_composed_line_with_the_instructions_model() -> Non
              "engine", "R").guard([*ok, "--resume", "sess-9"])
 
 
+def test_an_agent_adapter_without_an_allow_list_cannot_launch() -> None:
+    @dataclass(frozen=True)
+    class Undeclared(Adapter):
+        tool = "claude"
+
+        def argv(self, policy: Policy) -> list[str]:
+            return ["/opt/claude", "-p"]
+
+    with pytest.raises(ValueError, match="declares no allow-list"):
+        Undeclared(BINARY, _instruction(), "engine", "R").guard(["/opt/claude", "-p"])
+
+
 def test_a_command_slot_runs_the_operators_line_as_given() -> None:
-    line = ("/usr/bin/claude", "--dangerously-skip-permissions", "--model", "x")
+    line = ("/usr/bin/claude", "--add-dir", "/", "--model", "x", "--continue")
     a = CommandAdapter(BINARY, _instruction(permission_class=PC), "engine", "R", command=line)
     assert a.tool == "command"
     assert a.argv(POLICY) == list(line)
-    a.guard(list(line))  # the guard is for what saphan composes, not the operator's line
+    a.guard(list(line))  # no allow-list, model or session check on the operator's line
+    with pytest.raises(Refusal) as info:  # but the bypass tokens, whichever tool's
+        a.guard([*line, "--dangerously-skip-permissions"])
+    assert info.value.cls == "bypass-token"
     assert a.stdin_path is None  # /dev/null: there is no prompt
     assert a.record(POLICY) == {}
     assert a.env_allowed() == ("GH_TOKEN", "NPM_TOKEN")

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from saphan.lanes import Lane
 from saphan.tools.adapter import Adapter
+from saphan.tools.argv_guard import AllowList, Option
 from saphan.tools.binaries import AgentBinary
 
 if TYPE_CHECKING:
@@ -53,6 +54,17 @@ CHANNEL_NOTE = (
 VENDOR_NOTE = (
     "run.confinement = vendor does not apply to the built-in loop: it has no sandbox of its "
     "own, so the engine confined it"
+)
+
+
+#: Everything :meth:`LoopAdapter.argv` emits (the argv guard's allow-list):
+#: ``-I -m saphan.loop.agent`` and the spec file's absolute path.
+ALLOWED_ARGV = AllowList(
+    options={"-I": Option(),
+             "-m": Option(1, frozenset({"saphan.loop.agent"}), says="saphan.loop.agent")},
+    positionals=lambda words: len(words) == 1 and words[0].startswith("/"),
+    says="one word, the spec file's absolute path",
+    required=frozenset({"-I", "-m"}),
 )
 
 
@@ -82,6 +94,7 @@ class LoopAdapter(Adapter):
     max_seconds: int = DEFAULT_MAX_SECONDS
 
     tool = "loop"
+    allowed_argv = ALLOWED_ARGV
 
     @property
     def stdin_path(self) -> str | None:
@@ -118,6 +131,8 @@ class LoopAdapter(Adapter):
             "prompt": Path(self.instruction.prompt_path).read_text(encoding="utf-8"),
             "workdir": policy.workdir,
             "allowed_commands": list(pc.commands) if pc is not None else None,
+            # an allowed command resolving in here is refused (loop/tools.py)
+            "writable": list(policy.writable_dirs),
             "max_turns": self.max_turns, "max_seconds": self.max_seconds,
             "command_timeout": COMMAND_TIMEOUT, "scrub_env": list(self.scrub_env),
             "transcript": os.path.join(self.out_dir, "transcript.jsonl"),

@@ -99,6 +99,18 @@ def run(
             f"yet (it dispatches: {', '.join(DISPATCHABLE)}); use a --tool command slot"
         )
     requests.check_fits(s, m, command, request, boundary)
+    if s.tool == "command":
+        # The bypass tokens are refused on the final command line whichever
+        # tool they belong to (argv_guard.check_bypass): for the operator's own
+        # line, here, before any seat — on every transport. The local site
+        # checks it again with its boundary prefix, right before launch.
+        from saphan.tools.argv_guard import check_bypass
+
+        try:
+            check_bypass(command)
+        except Refusal as refusal:
+            recorder.refused(ctx, base, s.tool, holder, refusal)
+            raise
     site: Site
     if m.transport == "ssh":
         from saphan.site.ssh import SshSite

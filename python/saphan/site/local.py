@@ -215,7 +215,7 @@ class LocalSite:
         )
         record.update({"argv": argv, **adapter.record(policy)})
         self.argv = [*boundary.prefix, *argv]
-        adapter.guard(self.argv)
+        adapter.guard(self.argv, agent_at=len(boundary.prefix))
         built = environment.build(
             os.environ,
             allow=adapter.env_allowed(),

@@ -10,7 +10,9 @@ it). The local site (saphan.site.local) calls, in order:
     read_denials()          -> extra read denials for it (the loop's blinding)
     vendor_boundary(policy) -> a Boundary when the tool confines itself, else None
     argv(policy)            -> the tool's command line (the prompt is on stdin)
-    guard(final_argv)       -> the argv guard, on boundary prefix + argv
+    guard(final_argv, agent_at) -> the argv guard, on boundary prefix + argv (the
+                               agent's argv from index agent_at on is held to the
+                               adapter's allow-list, :attr:`Adapter.allowed_argv`)
     record(policy)          -> what the record says about the tool and its policy
     env_allowed()           -> the variable names the run may take from saphan's
                                environment, on top of the base (confine/environment.py)
@@ -28,7 +30,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from saphan.tools import argv_guard
 from saphan.tools.binaries import AgentBinary
@@ -48,6 +50,11 @@ class Adapter(ABC):
     run_id: str
 
     tool = ""
+    #: Everything :meth:`argv` may emit — the exact options, their values or a
+    #: validator, the positional words (argv_guard.AllowList). The guard
+    #: refuses any other element of the agent's argv; an agent adapter that
+    #: declares none cannot launch.
+    allowed_argv: ClassVar[argv_guard.AllowList | None] = None
 
     @property
     def stdin_path(self) -> str | None:
@@ -86,10 +93,16 @@ class Adapter(ABC):
     def argv(self, policy: Policy) -> list[str]:
         """The tool's command line, without any boundary prefix."""
 
-    def guard(self, final_argv: list[str]) -> None:
+    def guard(self, final_argv: list[str], agent_at: int = 0) -> None:
+        """The argv guard on the final command line (boundary prefix + the
+        agent's argv, which starts at ``agent_at``)."""
+        if self.allowed_argv is None:
+            raise ValueError(f"the {self.tool or type(self).__name__} adapter declares no "
+                             "allow-list (allowed_argv), so nothing it composes may launch")
         resume = self.instruction.resume
         argv_guard.check(final_argv, tool=self.tool, model=self.instruction.model,
-                         resume_session=resume.session_id if resume else None)
+                         resume_session=resume.session_id if resume else None,
+                         allowed=self.allowed_argv, binary=self.binary.path, agent_at=agent_at)
 
     def record(self, policy: Policy) -> dict[str, Any]:
         i = self.instruction
@@ -135,8 +148,10 @@ class CommandAdapter(Adapter):
     """A ``command`` slot: the operator's own command line, confined by the
     engine. Nothing is composed for it — the argv is the operator's (resolved
     and digested before the seat), stdin is /dev/null, the environment is the
-    base allow-list plus its permission class's credentials, and the argv
-    guard does not apply (docs/tools.md: it guards what saphan composes)."""
+    base allow-list plus its permission class's credentials. Of the argv
+    guard only the bypass check applies (docs/tools.md): the bypass tokens
+    are refused on the final command line whichever tool they belong to; the
+    model, resumption and allow-list checks are for what saphan composes."""
 
     command: tuple[str, ...] = ()
 
@@ -149,8 +164,8 @@ class CommandAdapter(Adapter):
     def argv(self, policy: Policy) -> list[str]:
         return list(self.command)
 
-    def guard(self, final_argv: list[str]) -> None:
-        return None
+    def guard(self, final_argv: list[str], agent_at: int = 0) -> None:
+        argv_guard.check_bypass(final_argv)
 
     def record(self, policy: Policy) -> dict[str, Any]:
         return {}

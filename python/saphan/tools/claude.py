@@ -54,6 +54,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from saphan.tools.adapter import Adapter, first_json_event
+from saphan.tools.argv_guard import AllowList, Option
+from saphan.tools.permission_class import PERMISSION_MODES
 from saphan.tools.session_key import session_key
 
 if TYPE_CHECKING:
@@ -73,6 +75,36 @@ VENDOR_NOTE = (
     "saphan composed no boundary around Claude Code; whatever Claude Code does to itself "
     "is its own, unmeasured here, and its permission mode is policy, not a boundary"
 )
+
+
+def _uuid(value: str) -> bool:
+    try:
+        return str(uuid.UUID(value)) == value
+    except ValueError:
+        return False
+
+
+def _allowed_tool(value: str) -> bool:
+    """``Bash(<command>:*)``, as :func:`compose_argv` writes a class's command."""
+    return value.startswith("Bash(") and value.endswith(":*)") and len(value) > len("Bash(:*)")
+
+
+#: Everything :func:`compose_argv` may emit (the argv guard's allow-list):
+#: no positional word (the prompt is on stdin), and only these options.
+ALLOWED_ARGV = AllowList(options={
+    "-p": Option(),
+    "--output-format": Option(1, frozenset({"stream-json"}), says="stream-json"),
+    "--verbose": Option(),
+    "--permission-mode": Option(1, frozenset({DEFAULT_PERMISSION_MODE, *PERMISSION_MODES}),
+                                says=" or ".join(sorted({DEFAULT_PERMISSION_MODE,
+                                                         *PERMISSION_MODES}))),
+    # the value is the named model (the guard's model check compares it)
+    "--model": Option(1, says="the named model"),
+    "--allowedTools": Option(-1, check=_allowed_tool, says="Bash(<command>:*) rules"),
+    # the value is the recorded session (the guard's resumption check compares it)
+    "--resume": Option(1, says="the explicitly resumed session"),
+    "--session-id": Option(1, check=_uuid, says="a UUID"),
+}, required=frozenset({"-p", "--permission-mode"}))
 
 
 def config_home() -> str:
@@ -112,6 +144,7 @@ def compose_argv(
 @dataclass(frozen=True)
 class ClaudeAdapter(Adapter):
     tool = "claude"
+    allowed_argv = ALLOWED_ARGV
 
     @property
     def permission_mode(self) -> str:

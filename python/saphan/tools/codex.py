@@ -58,10 +58,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from saphan.tools.adapter import Adapter, first_json_event
+from saphan.tools.argv_guard import AllowList, Option, toml_value
 
 if TYPE_CHECKING:
     from saphan.confine.compose import Boundary
@@ -169,9 +171,103 @@ def compose_argv(
     return argv
 
 
+_PROFILE = re.compile(r"saphan-[a-z0-9-]+")
+_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_ACCESS = frozenset({"read", "write", "none"})
+
+
+def _profile_table(value: Any) -> bool:
+    """A per-run permission profile as :func:`settings` writes it: ``:root``
+    and ``:slash_tmp`` read, the working directory's roots writable, every
+    other entry an absolute path other than ``/`` with a declared access, and
+    the network on or off."""
+    if not isinstance(value, dict) or set(value) != {"filesystem", "network"}:
+        return False
+    fs, net = value["filesystem"], value["network"]
+    if not isinstance(fs, dict) or fs.get(":root") != "read" or fs.get(":slash_tmp") != "read":
+        return False
+    if fs.get(":workspace_roots") != {".": "write"}:
+        return False
+    for path, access in fs.items():
+        if path in (":root", ":slash_tmp", ":workspace_roots"):
+            continue
+        if (not path.startswith("/") or os.path.normpath(path) == "/"
+                or access not in _ACCESS):
+            return False
+    return (isinstance(net, dict) and set(net) == {"enabled"}
+            and isinstance(net["enabled"], bool))
+
+
+def _provider_table(value: Any) -> bool:
+    return (isinstance(value, dict) and set(value) == {"name", "base_url", "env_key", "wire_api"}
+            and all(isinstance(v, str) for v in value.values()))
+
+
+def _is_str(pattern: re.Pattern[str] | None = None, *, only: str | None = None) -> Any:
+    def ok(value: Any) -> bool:
+        return (isinstance(value, str) and (only is None or value == only)
+                and (pattern is None or pattern.fullmatch(value) is not None))
+    return ok
+
+
+#: The config keys :func:`settings` pins, as (key pattern, value validator).
+ALLOWED_SETTINGS: tuple[tuple[re.Pattern[str], Any], ...] = (
+    (re.compile(r"default_permissions"), _is_str(_PROFILE)),
+    (re.compile(r"permissions\.saphan-[a-z0-9-]+"), _profile_table),
+    (re.compile(r"approval_policy"), _is_str(only="never")),
+    (re.compile(r"model"), _is_str()),  # the named model: the guard's model check compares it
+    (re.compile(r"model_provider"), _is_str(_NAME)),
+    (re.compile(r"model_providers\.[A-Za-z0-9_-]+"), _provider_table),
+)
+
+
+def _setting_key(operand: str) -> str:
+    return operand.partition("=")[0]
+
+
+def allowed_setting(operand: str) -> bool:
+    """A ``-c`` operand :func:`settings` could have written: a pinned key with
+    a value of the shape it writes (parsed as TOML, as Codex parses it)."""
+    key, sep, value = operand.partition("=")
+    if not sep:
+        return False
+    check = next((c for p, c in ALLOWED_SETTINGS if p.fullmatch(key)), None)
+    return check is not None and bool(check(toml_value(value)))
+
+
+def _positionals(words: tuple[str, ...]) -> bool:
+    if words == ("exec", "-"):
+        return True
+    return (len(words) == 4 and words[:2] == ("exec", "resume") and words[3] == "-"
+            and bool(words[2]))
+
+
+#: Everything :func:`compose_argv` may emit (the argv guard's allow-list):
+#: ``exec`` … ``[resume <session>] -`` and only these options. No
+#: ``--add-dir``, ``-s``/``--sandbox``, ``-p``/``--profile``, ``--enable``: the
+#: sandbox is the per-run profile pinned with ``-c``, and nothing else.
+ALLOWED_ARGV = AllowList(
+    options={
+        "--strict-config": Option(),
+        "--json": Option(),
+        "--skip-git-repo-check": Option(),
+        "-C": Option(1, check=lambda d: d.startswith("/") and os.path.normpath(d) != "/",
+                     says="the working directory (an absolute path, not /)"),
+        "-c": Option(1, check=allowed_setting, once=False, unique=_setting_key,
+                     says="one of the pinned settings (" + ", ".join(
+                         p.pattern.replace("\\", "") for p, _ in ALLOWED_SETTINGS)
+                     + "), each once, with the value shape the adapter writes"),
+    },
+    positionals=_positionals,
+    says="exec [resume <session>] -",
+    required=frozenset({"--strict-config", "-C", "-c"}),
+)
+
+
 @dataclass(frozen=True)
 class CodexAdapter(Adapter):
     tool = "codex"
+    allowed_argv = ALLOWED_ARGV
     provider: Provider | None = field(default=None)
 
     @property
