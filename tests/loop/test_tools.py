@@ -52,6 +52,15 @@ def test_the_tools_the_model_is_offered() -> None:
     ("run_command", {"argv": []}, "`argv` must be a non-empty list"),
     ("run_command", {"argv": ["ls", 3]}, "`argv` must be a non-empty list"),
     ("run_command", {"argv": ["ls", "a\0"]}, "without NUL bytes"),
+    # shapes that ended the loop with a traceback (issue 16)
+    ("run_command", {"argv": "ls 'unclosed"}, "`argv` as text cannot be split (No closing"),
+    ("run_command", {"argv": ["\ud800"]}, "valid Unicode"),
+    ("run_command", {"argv": ["true"], "timeout": True}, "`timeout` must be a positive number"),
+    ("run_command", {"argv": ["true"], "timeout": "5"}, "`timeout` must be a positive number"),
+    ("run_command", {"argv": ["true"], "timeout": -1}, "`timeout` must be a positive number"),
+    ("run_command", {"argv": ["true"], "timeout": float("nan")}, "`timeout` must be a positive"),
+    ("read_file", {"path": "a\udc80"}, "valid Unicode"),
+    ("write_file", {"path": "a", "content": "x\ud800"}, "`content` is not valid Unicode"),
 ])
 def test_malformed_calls(tmp_path: Path, name: str, args: object, needle: str) -> None:
     with pytest.raises(BadCall) as info:
@@ -138,15 +147,86 @@ def test_a_command_line_given_as_text_is_split_not_shelled(tmp_path: Path) -> No
     assert not (tmp_path / "x").exists()
 
 
-def test_the_class_allows_commands_by_exact_base_name(tmp_path: Path) -> None:
+def test_a_huge_timeout_is_capped_not_a_crash(tmp_path: Path) -> None:
+    box = _box(tmp_path, timeout=5)
+    assert box.call("run_command", {"argv": ["true"], "timeout": 10 ** 400}) == "exit 0\n"
+    assert box.call("run_command", {"argv": ["true"], "timeout": float("inf")}) == "exit 0\n"
+
+
+def test_the_class_allows_commands_by_exact_name(tmp_path: Path) -> None:
     box = _box(tmp_path, allowed=frozenset({"echo", "true"}))
-    assert box.call("run_command", {"argv": ["/bin/echo", "ok"]}) == "exit 0\nok\n"
-    for argv0 in ("sh", "echo2", "/usr/bin/ech", "ec"):
+    assert box.call("run_command", {"argv": ["echo", "ok"]}) == "exit 0\nok\n"
+    for argv0 in ("sh", "echo2", "ec"):
         got = box.call("run_command", {"argv": [argv0, "x"]})
-        assert got == (f"refused by the permission class: {os.path.basename(argv0)!r} is not "
-                       "one of the allowed commands (echo, true); exact base name"), argv0
+        assert got == (f"refused by the permission class: {argv0!r} is not one of the allowed "
+                       "commands (echo, true); exact name"), argv0
     nothing = _box(tmp_path, allowed=frozenset())
     assert "allowed commands (none)" in nothing.call("run_command", {"argv": ["true"]})
+
+
+def _planted(d: Path, name: str = "echo") -> Path:
+    """A program the model wrote, under an allowed name; it leaves a mark."""
+    prog = d / name
+    prog.write_text(f"#!/bin/sh\ntouch {d / 'ran'}\necho planted\n")
+    prog.chmod(0o755)
+    return prog
+
+
+@pytest.mark.parametrize("argv0", ["./echo", "/bin/echo", "sub/../echo", "echo/"])
+def test_the_class_refuses_any_path(tmp_path: Path, argv0: str) -> None:
+    """`./echo` was accepted: its base name is `echo`. A name is looked up on
+    PATH; anything with a "/" is refused, whatever it points at."""
+    _planted(tmp_path)
+    got = _box(tmp_path, allowed=frozenset({"echo"})).call("run_command", {"argv": [argv0]})
+    assert got.startswith(f"refused by the permission class: {argv0!r} is a path; give an "
+                          "allowed command by its name alone (echo)"), got
+    assert not (tmp_path / "ran").exists()
+
+
+def test_an_allowed_name_that_resolves_into_the_writable_set_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wd, other, bindir = tmp_path / "wd", tmp_path / "out", tmp_path / "bin"
+    for d in (wd, other, bindir):
+        d.mkdir()
+    allowed = frozenset({"echo"})
+
+    def call(path: str, writable: tuple[str, ...] = ()) -> str:
+        box = Toolbox(workdir=str(wd), env={**ENV, "PATH": path}, allowed=allowed,
+                      command_timeout=10, remaining=lambda: 60, writable=writable)
+        return box.call("run_command", {"argv": ["echo", "hi"]})
+
+    prog = _planted(wd)
+    got = call(f"{wd}:/usr/bin:/bin")  # the workdir on PATH, before the real echo
+    assert got == (f"refused by the permission class: 'echo' is {prog}, inside the run's "
+                   f"writable set ({wd}): an allowed name runs only a program the run cannot "
+                   "have written"), got
+    # through a link outside the set that points into it
+    (bindir / "echo").symlink_to(prog)
+    got = call(f"{bindir}:/usr/bin:/bin")
+    assert f"'echo' is {bindir / 'echo'} -> {prog}, inside the run's writable set" in got, got
+    # another writable directory of the run (its return path)
+    out_prog = _planted(other)
+    got = call(f"{other}:/usr/bin:/bin", writable=(str(other),))
+    assert f"'echo' is {out_prog}, inside the run's writable set ({other})" in got, got
+    assert not (wd / "ran").exists() and not (other / "ran").exists()
+    # relative entries (here: the working directory) are never searched
+    monkeypatch.chdir(wd)
+    assert call(".::echo-dir:/usr/bin:/bin") == "exit 0\nhi\n"
+    assert call("/nonexistent") == "error: 'echo' was not found on PATH (/nonexistent)"
+    assert not (wd / "ran").exists()
+
+
+def test_the_resolved_program_runs_under_its_name(tmp_path: Path) -> None:
+    """What runs is the program found on PATH, links resolved (a link the run
+    could swap after the check is not followed again), argv[0] the name."""
+    bindir, wd = tmp_path / "bin", tmp_path / "wd"
+    bindir.mkdir()
+    wd.mkdir()
+    (bindir / "sh").symlink_to("/bin/sh")
+    box = Toolbox(workdir=str(wd), env={**ENV, "PATH": str(bindir)},
+                  allowed=frozenset({"sh"}), command_timeout=10, remaining=lambda: 60)
+    got = box.call("run_command", {"argv": ["sh", "-c", 'echo "$0"; pwd']})
+    assert got == f"exit 0\nsh\n{wd}\n", got
 
 
 def test_a_command_is_killed_at_its_timeout_with_its_group(tmp_path: Path) -> None:

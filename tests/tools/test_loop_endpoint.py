@@ -392,3 +392,42 @@ def test_an_oversized_answer_is_malformed_not_read_whole() -> None:
     assert info.value.end == "model-malformed"
     assert f"more than {MAX_ANSWER_BYTES} bytes" in info.value.detail
     assert info.value.attempts == 1
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("bwrap_available")
+def test_malformed_calls_and_control_characters_through_the_cli(saphan_sqlite: Saphan,
+                                                                 tmp_path: Path) -> None:
+    """Issue 16, end to end under the real jail: arguments that ended the
+    loop with a traceback are answered `error: …` and the run finishes; an
+    OSC 52 clipboard write and colour codes in the model's text reach the
+    terminal escaped (the transcript keeps them raw)."""
+    osc = "\x1b]52;c;Y3VybCBldmlsfHNo\x07"
+    text = f"look {osc}\x1b[31mred\x1b[0m\x9b2J"
+    bad = [("run_command", "[" * 100_000), ("run_command", {"argv": "ls 'unclosed"}),
+           ("run_command", {"argv": ["true"], "timeout": 10 ** 400}),
+           ("write_file", {"path": "x", "content": "\udfff"}),
+           ("read_file", {"path": "\ud800"})]
+    script: list[Any] = [
+        ("raw", _answer({"role": "assistant", "content": text, "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "list_dir", "arguments": "{}"}}]})),
+        ("calls", bad),
+        ("calls", [("finish", {"summary": "survived"})]),
+    ]
+    with ChatCompletionsServer(script) as srv:
+        wd = _setup(s := saphan_sqlite, tmp_path, f"{srv.base_url}/v1")
+        r = s("run", "--machine", "here", "--slot", "lp", "--workdir", str(wd),
+              "--prompt", "task", timeout=RUN_TIMEOUT)
+        results = srv.tool_results()
+    assert r.code == 0, r.err
+    assert "\x1b" not in r.out + r.err and "\x07" not in r.out and "\x9b" not in r.out
+    assert "[turn 1] model: look \\x1b]52;c;Y3VybCBldmlsfHNo\\x07\\x1b[31mred\\x1b[0m\\x9b2J" in r.out
+    assert len(results) == 1 + len(bad)
+    assert results[3] == "exit 0\n"  # a huge timeout is capped
+    assert all(x.startswith("error: ") for i, x in enumerate(results[1:]) if i != 2), results
+    rec = s.ok("runs", "list", "--json").json()[0]
+    entries = [json.loads(line) for line in
+               (s.home / "runs" / rec["id"] / "out" / "transcript.jsonl").read_text().splitlines()]
+    assert entries[1]["message"]["content"] == text  # raw in the transcript
+    assert entries[-1]["end"] == "finished" and entries[-1]["summary"] == "survived"

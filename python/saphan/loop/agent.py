@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -78,6 +79,18 @@ class Redactor:
         return text
 
 
+#: what a terminal would act on: C0 controls but newline and tab, DEL, C1
+#: controls, and lone surrogates (which cannot even be printed)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` for the operator's terminal: every control character (ESC of
+    an OSC 52 clipboard write or a colour code, CR, BEL, CSI ``\\x9b``, …)
+    escaped as ``\\x1b``, ``\\x9b``, ``\\ud800``; newline and tab kept."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 class Transcript:
     def __init__(self, path: str, redact: Redactor):
         self.f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - open for the run
@@ -89,7 +102,9 @@ class Transcript:
         self.show(entry)
 
     def show(self, entry: dict[str, Any]) -> None:
-        """One line per step on stdout (the run's output), for the operator."""
+        """One line per step on stdout (the run's output), for the operator:
+        redacted, and with control characters escaped (:func:`terminal_safe`);
+        the transcript file keeps the text as it was."""
         kind = entry["kind"]
         if kind == "assistant":
             text = entry["message"].get("content")
@@ -105,7 +120,7 @@ class Transcript:
             return
         if line:
             # The same text was just counted on its way into the transcript.
-            print(self.redact(line, count=False), flush=True)
+            print(terminal_safe(self.redact(line, count=False)), flush=True)
 
 
 def run(spec: dict[str, Any], secret: str) -> dict[str, Any]:
@@ -118,10 +133,15 @@ def run(spec: dict[str, Any], secret: str) -> dict[str, Any]:
     transcript = Transcript(spec["transcript"], redact)
     env = scrubbed(os.environ, spec["scrub_env"], [secret])
     allowed = spec.get("allowed_commands")
+    # The run's writable set as the engine composed it, and what the spec
+    # itself shows of it (the return path holds the transcript and result).
+    writable = (*spec.get("writable", ()), os.path.dirname(spec["transcript"]),
+                os.path.dirname(spec["result"]))
     box = Toolbox(workdir=spec["workdir"], env=env,
                   allowed=frozenset(allowed) if allowed is not None else None,
                   command_timeout=float(spec["command_timeout"]),
-                  remaining=lambda: deadline - time.monotonic())
+                  remaining=lambda: deadline - time.monotonic(),
+                  writable=tuple(dict.fromkeys(writable)))
     client = Client(base_url=spec["base_url"], model=spec["model"], secret=secret,
                     timeout=float(spec["timeout"]), retries=int(spec["retries"]))
     messages: list[dict[str, Any]] = [
@@ -223,12 +243,17 @@ def _one_call(box: Toolbox, call: Any) -> tuple[str, bool]:
     raw = fn.get("arguments") or "{}"
     try:
         args = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
         return f"error: the arguments of {fn['name']} are not JSON ({e})", True
     try:
         return box.call(fn["name"], args), False
     except BadCall as e:
         return f"error: {e}", True
+    except (ValueError, TypeError, OverflowError, RecursionError) as e:
+        # Arguments of a shape no check above foresaw: the model reads what
+        # went wrong and the run goes on (a malformed call), never a traceback.
+        return (f"error: {fn['name']} could not run with these arguments "
+                f"({type(e).__name__}: {e})"), True
 
 
 def main(argv: list[str]) -> int:
@@ -263,8 +288,9 @@ def main(argv: list[str]) -> int:
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(result, f, sort_keys=True)
     os.replace(tmp, spec["result"])
-    print(f"saphan-loop: {result['end']} after {result['turns']} turn(s), "
-          f"{result['tool_calls']} tool call(s): {result['detail']}", file=sys.stderr)
+    print(terminal_safe(f"saphan-loop: {result['end']} after {result['turns']} turn(s), "
+                        f"{result['tool_calls']} tool call(s): {result['detail']}"),
+          file=sys.stderr)
     return 0 if result["end"] == "finished" else 1
 
 

@@ -2,8 +2,11 @@
 
     run_command  argv (a list; no shell unless the class allows one), run in
                  the working directory with the credential variables scrubbed
-                 from its environment; allowed by the run's permission class,
-                 exact token on the base name of argv[0]
+                 from its environment. Under a permission class argv[0] must
+                 be a bare name (no "/") the class allows, found on PATH
+                 (absolute entries only) at a program outside the run's
+                 writable set: the model cannot run a program it wrote by
+                 giving it an allowed name (``./git``)
     read_file    a file's text (relative paths from the working directory)
     write_file   create or replace a file; the kernel refuses it outside the
                  writable set, and the model reads that refusal
@@ -11,7 +14,10 @@
     finish       end the run with a summary
 
 Nothing here checks where a write goes: the boundary is the OS's, and a
-refused write comes back to the model as the OS's own error.
+refused write comes back to the model as the OS's own error. A call that
+cannot run as given (unknown tool, arguments of the wrong shape) is
+:class:`BadCall`, which the loop answers with the error; it never ends the
+loop.
 """
 
 from __future__ import annotations
@@ -77,6 +83,9 @@ class Toolbox:
     command_timeout: float
     #: seconds left in the run's time budget
     remaining: Callable[[], float]
+    #: directories the run can write besides the workdir (the return path, git
+    #: grants): an allowed command that resolves inside one is refused
+    writable: tuple[str, ...] = ()
     finished: str | None = field(default=None)
 
     def call(self, name: str, args: Any) -> str:
@@ -89,28 +98,70 @@ class Toolbox:
 
     def _path(self, args: dict[str, Any], key: str = "path", default: str | None = None) -> str:
         value = args.get(key, default)
-        if not isinstance(value, str) or not value or "\0" in value:
-            raise BadCall(f"`{key}` must be a non-empty string without NUL bytes")
+        if not _text(value) or not value:
+            raise BadCall(f"`{key}` must be a non-empty string without NUL bytes (and valid "
+                          "Unicode)")
         return os.path.join(self.workdir, value)
 
     def _run_command(self, args: dict[str, Any]) -> str:
         argv = args.get("argv")
         if isinstance(argv, str):
-            argv = shlex.split(argv)
-        if (not isinstance(argv, list) or not argv
-                or not all(isinstance(a, str) and "\0" not in a for a in argv)):
+            try:
+                argv = shlex.split(argv)
+            except ValueError as e:  # an unclosed quote
+                raise BadCall(f"run_command: `argv` as text cannot be split ({e}); give a "
+                              "list of strings") from None
+        if not isinstance(argv, list) or not argv or not all(_text(a) for a in argv):
             raise BadCall("run_command: `argv` must be a non-empty list of strings "
-                          "(without NUL bytes)")
-        base = os.path.basename(argv[0])
-        if self.allowed is not None and base not in self.allowed:
-            return (f"refused by the permission class: {base!r} is not one of the allowed "
-                    f"commands ({', '.join(sorted(self.allowed)) or 'none'}); exact base name")
+                          "(without NUL bytes, valid Unicode)")
         wanted = args.get("timeout")
-        limit = min(float(wanted) if isinstance(wanted, int) and wanted > 0
-                    else self.command_timeout, self.command_timeout, self.remaining())
+        if wanted is not None and (isinstance(wanted, bool) or not isinstance(wanted, (int, float))
+                                   or not wanted > 0):
+            raise BadCall("run_command: `timeout` must be a positive number of seconds")
+        executable = None
+        if self.allowed is not None:
+            refused, executable = self._resolve(argv[0], self.allowed)
+            if refused:
+                return refused
+        # min() compares an int of any size with a float without converting it
+        limit = float(min(wanted if wanted is not None else self.command_timeout,
+                          self.command_timeout, self.remaining()))
         if limit <= 0:
             return "not run: the run's time budget has ended"
-        return run_argv(argv, cwd=self.workdir, env=self.env, timeout=limit)
+        return run_argv(argv, cwd=self.workdir, env=self.env, timeout=limit,
+                        executable=executable)
+
+    def _resolve(self, name: str, allowed: frozenset[str]) -> tuple[str, str | None]:
+        """("", the program to execute) for an allowed command, or (the refusal, None).
+
+        A name only, never a path: ``./git`` would be a program the run wrote.
+        Found on PATH (absolute entries; an empty or relative one would mean
+        the working directory) and refused when it lands — links resolved —
+        in the run's writable set, where the model could have put it. The
+        resolved path is what runs (argv[0] stays the name), so nothing can
+        swap it between this check and exec.
+        """
+        commands = ", ".join(sorted(allowed)) or "none"
+        if "/" in name:
+            return (f"refused by the permission class: {name!r} is a path; give an allowed "
+                    f"command by its name alone ({commands}): it is looked up on PATH, never "
+                    "in the working directory", None)
+        if name not in allowed:
+            return (f"refused by the permission class: {name!r} is not one of the allowed "
+                    f"commands ({commands}); exact name", None)
+        path = self.env.get("PATH", "")
+        found = _on_path(name, path)
+        if found is None:
+            return f"error: {name!r} was not found on PATH ({path})", None
+        real = os.path.realpath(found)
+        for d in (self.workdir, *self.writable):
+            top = os.path.realpath(d)
+            if real == top or real.startswith(top.rstrip("/") + "/"):
+                shown = found if found == real else f"{found} -> {real}"
+                return (f"refused by the permission class: {name!r} is {shown}, inside the "
+                        f"run's writable set ({top}): an allowed name runs only a program "
+                        "the run cannot have written", None)
+        return "", real
 
     def _read_file(self, args: dict[str, Any]) -> str:
         try:
@@ -125,6 +176,11 @@ class Toolbox:
         content = args.get("content")
         if not isinstance(content, str):
             raise BadCall("write_file: `content` must be a string")
+        try:
+            content.encode()
+        except UnicodeEncodeError as e:
+            raise BadCall(f"write_file: `content` is not valid Unicode ({e.reason} at "
+                          f"{e.start})") from None
         path = self._path(args)
         try:
             with _open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as f:
@@ -149,6 +205,28 @@ class Toolbox:
         return "finished"
 
 
+def _text(value: object) -> bool:
+    """A string the OS can take: no NUL byte, no lone surrogate."""
+    if not isinstance(value, str) or "\0" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _on_path(name: str, path: str) -> str | None:
+    """The first executable regular file ``name`` in PATH's absolute entries."""
+    for d in path.split(os.pathsep):
+        if not os.path.isabs(d):
+            continue
+        candidate = os.path.join(d, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
 def _open_regular(path: str, flags: int) -> BinaryIO:
     """Open a regular file only: never block on a FIFO, never read a device.
 
@@ -167,10 +245,13 @@ def _open_regular(path: str, flags: int) -> BinaryIO:
         raise
 
 
-def run_argv(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], timeout: float) -> str:
-    """Run one command (its own process group, killed whole on timeout)."""
+def run_argv(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], timeout: float,
+             executable: str | None = None) -> str:
+    """Run one command (its own process group, killed whole on timeout);
+    ``executable``, when given, is the program (``argv[0]`` its name)."""
     try:
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(list(argv), executable=executable, cwd=cwd, env=dict(env),
+                                stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)
     except OSError as e:

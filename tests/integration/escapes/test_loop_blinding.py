@@ -20,6 +20,7 @@ Authorization header on every request.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
 from pathlib import Path
@@ -232,20 +233,29 @@ def test_no_measured_route_reveals_a_lane_credential(
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("bwrap_available")
-def test_permission_class_allows_commands_by_exact_base_name(
+def test_permission_class_allows_commands_by_exact_name(
     saphan_sqlite: Saphan, tmp_path: Path
 ) -> None:
+    """A name the class allows, found on PATH outside the run's writable set.
+    Issue 16: `./ls` written by the model ran under the allowed name `ls`;
+    now any path is refused, and so is a PATH lookup that lands in the
+    working directory (the operator's PATH holds it here, first)."""
     s = saphan_sqlite
     key = tmp_path / "k"
     _key(key, "sk-" + secrets.token_hex(8))
     wd = tmp_path / "wd"
     wd.mkdir()
     pc = tmp_path / "class.json"
-    pc.write_text(json.dumps({"schema": 2, "allowed_commands": ["ls"]}))
+    pc.write_text(json.dumps({"schema": 2, "allowed_commands": ["ls", "chmod"]}))
     script: list[Any] = [
-        ("calls", [("run_command", {"argv": ["/bin/ls", "."]}),
+        ("calls", [("run_command", {"argv": ["ls", "."]}),
                    ("run_command", {"argv": ["cat", "x"]}),
-                   ("run_command", {"argv": ["lsblk"]})]),
+                   ("run_command", {"argv": ["lsblk"]}),
+                   ("run_command", {"argv": ["/bin/ls", "."]})]),
+        ("calls", [("write_file", {"path": "ls", "content": "#!/bin/sh\ntouch pwned\n"}),
+                   ("run_command", {"argv": ["chmod", "+x", "ls"]}),
+                   ("run_command", {"argv": ["./ls"]}),
+                   ("run_command", {"argv": ["ls"]})]),
         ("text", "done"),
     ]
     with ChatCompletionsServer(script) as srv:
@@ -253,13 +263,20 @@ def test_permission_class_allows_commands_by_exact_base_name(
              "--credential-file", str(key))
         s.ok("machine", "add", "here", "--local")
         s.ok("slot", "add", "here", "lp", "--tool", "loop")
+        env = s.env(PATH=f"{wd}:{os.environ['PATH']}")
         r = s("run", "--machine", "here", "--slot", "lp", "--workdir", str(wd), "--prompt", "t",
-              "--permission-class", str(pc), "--json", timeout=120)
+              "--permission-class", str(pc), "--json", timeout=120, env=env)
         results = srv.tool_results()
     assert r.code == 0, r.err
     assert results[0].startswith("exit 0")
     assert results[1].startswith("refused by the permission class: 'cat'")
     assert results[2].startswith("refused by the permission class: 'lsblk'")
+    assert results[3].startswith("refused by the permission class: '/bin/ls' is a path")
+    assert results[5] == "exit 0\n"  # chmod ran: the file is a program now
+    assert results[6].startswith("refused by the permission class: './ls' is a path")
+    assert results[7].startswith(f"refused by the permission class: 'ls' is {wd}/ls, inside "
+                                 f"the run's writable set ({wd})"), results[7]
+    assert not (wd / "pwned").exists()
     rec = json.loads(r.out)
-    assert rec["permission_class"]["commands"] == ["ls"]
+    assert rec["permission_class"]["commands"] == ["ls", "chmod"]
     assert rec["loop"]["end"] == "finished"
