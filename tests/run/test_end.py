@@ -65,3 +65,17 @@ def test_anything_else_is_an_error_naming_its_type() -> None:
     assert end.outcome == "error" and end.state == "ended"
     assert record["error"] == "OSError: disk full"
     assert "refusal" not in record
+
+
+def test_a_refusal_after_composition_claims_no_enforcement() -> None:
+    """A refusal raised after the boundary was composed (the argv guard's,
+    the launcher's) leaves the record claiming none; what was composed is
+    kept apart."""
+    from saphan import refusals
+
+    record = {"id": "R1", "enforced_by": {"mechanism": "bubblewrap"}}
+    end = RunEnd()
+    end.absorb(refusals.bypass_token("m", "r"), record)
+    assert record["enforced_by"] is None
+    assert record["composed_boundary"] == {"mechanism": "bubblewrap"}
+    assert (end.outcome, end.state, end.refusal_class) == ("refused", "refused", "bypass-token")

@@ -80,3 +80,21 @@ def test_a_refusal_at_composition_finishes_the_row(ctx: Context, tmp_path: Path)
     assert rec.data["enforced_by"] is None and rec.data["finished_at"]
     assert not (wd / "ran").exists() and not any(elsewhere.iterdir())
     assert ctx.store.live_runs("m", "s1") == []
+
+
+def test_run_confinement_is_checked_before_anything_else_and_keeps_the_workdir(
+        ctx: Context, tmp_path: Path) -> None:
+    """A bad run.confinement is the recorded refusal even when the request
+    also names an unknown boundary; the refused record names the workdir asked."""
+    cfg = ctx.workspace.config_path
+    cfg.write_text(cfg.read_text() + '\n[run]\nconfinement = "bogus"\n')
+    fresh = Context(ctx.workspace)
+    try:
+        with pytest.raises(Refusal) as e:
+            pipeline.run(fresh, "m", "s1", ["true"], workdir=str(tmp_path / "wd"),
+                         boundary="chroot", stream=False)
+        assert e.value.cls == "confinement-setting-invalid"
+        rec = fresh.run_record(e.value.run_id or "")
+        assert rec.data["workdir"] == str(tmp_path / "wd")
+    finally:
+        fresh.close()

@@ -141,3 +141,11 @@ def test_processes_the_launcher_could_not_end_make_the_run_fail() -> None:
     assert any("could not end every process" in n and "[41, 42]" in n for n in record["notes"])
     # the boundary itself was confirmed: only the end was not clean
     assert record["enforced_by"]["confirmation"] == CONFIRM
+
+
+def test_two_self_digest_lines_are_not_believed() -> None:
+    record, end = _record(), _ended()
+    lines = [f"saphan-launcher: self sha256={SHA}", f"saphan-launcher: self sha256={OTHER_SHA}",
+             CONFIRM, EXITED]
+    apply(lines, EXPECTED, record, end)
+    assert record["enforced_by"] is None and "more than one self-digest" in record["not_enforced"]["why"]

@@ -37,6 +37,10 @@ class RunEnd:
             self.outcome, self.state, self.refusal_class = "refused", "refused", e.cls
             record["refusal"] = e.as_dict()
             e.run_id = record["id"]
+            if record.get("enforced_by") is not None:
+                # Composed, never started: the record claims no enforcement.
+                record["composed_boundary"] = record["enforced_by"]
+                record["enforced_by"] = None
         elif isinstance(e, Interrupted):
             self.outcome, self.exit_code = "interrupted", e.exit_code
             record["notes"] = [*record.get("notes", []), interrupted_note(e)]

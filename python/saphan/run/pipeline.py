@@ -69,10 +69,10 @@ def run(
         raise UserError("give --repo or --workdir, not both (--repo makes the working directory)")
     if repo is None and base_ref is not None:
         raise UserError("--base needs --repo")
-    if boundary not in (None, "landlock"):
-        raise UserError(f"--boundary {boundary!r} is unknown; omit it or use `landlock`")
     base: dict[str, Any] = {
         "id": run_id, "machine": machine, "slot": slot, "argv": command,
+        # As asked; the site names it exactly (dispatch), before the seat.
+        "workdir": os.fspath(workdir) if workdir is not None else None,
         "saphan_version": __version__, "requested_at": now_iso(),
     }
     # run.confinement is checked before any other branch of any run.
@@ -83,6 +83,8 @@ def run(
         raise
 
     # -- cast: the named slot, if the tool can run there; the site that runs it --
+    if boundary not in (None, "landlock"):
+        raise UserError(f"--boundary {boundary!r} is unknown; omit it or use `landlock`")
     s = ctx.slot(machine, slot)
     m = ctx.machine(machine)
     base["tool"] = s.tool
@@ -143,8 +145,9 @@ def dispatch(ctx: Context, site: Site, base: dict[str, Any], holder: Holder) -> 
     except Refusal as refusal:
         recorder.refused(ctx, base, base["tool"], holder, refusal)
         raise
-    slot = ctx.slot(base["machine"], base["slot"])
-    base["session_ordinal"] = reserve(ctx, slot, base, site.workdir, holder,
+    # The slot as cast (the site holds it: its pin is what is enforced), never
+    # read again between here and the reservation.
+    base["session_ordinal"] = reserve(ctx, site.slot, base, site.workdir, holder,
                                       remote=site.liveness())
     return execute(ctx, site, base)
 
@@ -163,13 +166,18 @@ def execute(ctx: Context, site: Site, base: dict[str, Any]) -> RunRecord:
         end.absorb(e, record, site.interrupted)
         raise
     finally:
+        late: BaseException | None = None
         try:
             live = site.settle(record, end)
-        except Exception as e:  # the row is written whatever happened here
+        except BaseException as e:  # the row is written whatever happened here
             record["settle_error"] = f"{type(e).__name__}: {e}"
             live = False
+            if not isinstance(e, Exception):
+                late = e  # Ctrl-C during settling: finish the row, then honour it
         if live:
             recorder.still_running(ctx, record)
         else:
             recorder.finished(ctx, record, end)
+        if late is not None:
+            raise late
     return ctx.run_record(record["id"])

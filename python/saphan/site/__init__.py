@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from saphan.errors import Interrupted
     from saphan.liveness import RemoteCheck
     from saphan.run.end import RunEnd
+    from saphan.store.rows import Slot
 
 
 class Site(Protocol):
@@ -39,6 +40,8 @@ class Site(Protocol):
     kind: str
     #: the working directory as the site names it (the seat's row carries it)
     workdir: str
+    #: the slot as cast: the one reserved and the one whose pin is enforced
+    slot: Slot
 
     def inspect(self, base: dict[str, Any]) -> None: ...
 

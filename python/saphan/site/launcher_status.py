@@ -112,7 +112,10 @@ def exit_code(lines: list[str]) -> int | None:
 
 def _mismatch(lines: list[str], expected: Expected) -> str | None:
     if expected.self_sha256 is not None:
-        me = next((m for m in map(SELF.match, lines) if m), None)
+        mine = [m for m in map(SELF.match, lines) if m]
+        if len(mine) > 1:
+            return "saphan-launcher's status holds more than one self-digest line"
+        me = mine[0] if mine else None
         if me is None:
             return "saphan-launcher did not confirm its own digest"
         if me.group(1) != expected.self_sha256:

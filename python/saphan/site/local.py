@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -235,12 +236,22 @@ class LocalSite:
             # memory or environ. Restored when the run ends.
             self.was_dumpable = local.set_dumpable(False)
         limit = adapter.time_limit()
-        finished = local.run(
-            self.argv, cwd=wd, run_dir=str(self.run_dir), env=self.env,
-            stream=self.stream, stdin_path=adapter.stdin_path,
-            stdin_bytes=self.secret, time_limit=limit, status_fd=boundary.status_fd,
-            pass_fds=boundary.fds,
-        )
+        try:
+            finished = local.run(
+                self.argv, cwd=wd, run_dir=str(self.run_dir), env=self.env,
+                stream=self.stream, stdin_path=adapter.stdin_path,
+                stdin_bytes=self.secret, time_limit=limit, status_fd=boundary.status_fd,
+                pass_fds=boundary.fds,
+            )
+        except Interrupted:
+            # Interrupted, the run still ended under its launcher: what the
+            # launcher confirmed (or not) is recorded all the same.
+            if boundary.status_fd is not None:
+                path = str(self.run_dir / "status.log")
+                record["output"] = {"status": path}
+                with suppress(refusals.Refusal):
+                    self._apply_status(path, record, RunEnd())
+            raise
         # Every process of the run is gone here (its PID namespace ended with
         # it, or the launcher reaped what was left): only now is it recorded.
         end.exited(finished.exit_code)
@@ -248,19 +259,11 @@ class LocalSite:
 
     def _collect(self, finished: Finished, record: dict[str, Any], end: RunEnd,
                  limit: float | None) -> None:
-        adapter, boundary, wd = self._adapter(), self._boundary(), self.workdir
+        adapter, wd = self._adapter(), self.workdir
         record["output"] = {"stdout": finished.stdout_path, "stderr": finished.stderr_path}
         if finished.status_path is not None:
             record["output"]["status"] = finished.status_path
-            with open(finished.status_path, "rb") as f:
-                lines = launcher_status.lines_of(f.read(launcher_status.LIMIT))
-            landlock = boundary.mechanism == "landlock"
-            launcher_status.apply(lines, launcher_status.Expected(
-                landlock=landlock,
-                writable=tuple(boundary.policy.writable_set()) if landlock else (),
-                abi=boundary.extra.get("abi") if landlock else None,
-                self_sha256=boundary.executable_sha256 if landlock else None,
-            ), record, end)
+            self._apply_status(finished.status_path, record, end)
         facts = adapter.after_run(finished.stdout_path)
         record.update(facts)
         end.outcome = adapter.outcome(facts) or end.outcome
@@ -283,6 +286,25 @@ class LocalSite:
             record["protected_changes"] = changes
             _warn(self.stream, "this run changed files other tools load or execute: "
                   + protected.summarize(changes))
+
+    def _apply_status(self, path: str, record: dict[str, Any], end: RunEnd) -> None:
+        """The launcher's status lines held against what was composed; a
+        status file that cannot be read confirms nothing."""
+        boundary = self._boundary()
+        try:
+            with open(path, "rb") as f:
+                lines = launcher_status.lines_of(f.read(launcher_status.LIMIT))
+        except OSError as e:
+            lines = []
+            record["notes"] = [*record.get("notes", []),
+                               f"the launcher's status file {path} could not be read: {e}"]
+        landlock = boundary.mechanism == "landlock"
+        launcher_status.apply(lines, launcher_status.Expected(
+            landlock=landlock,
+            writable=tuple(boundary.policy.writable_set()) if landlock else (),
+            abi=boundary.extra.get("abi") if landlock else None,
+            self_sha256=boundary.executable_sha256 if landlock else None,
+        ), record, end)
 
     def interrupted(self, e: Interrupted) -> str:
         return str(e)
