@@ -15,8 +15,7 @@ is ever parsed as control. The record never claims more than these lines:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from saphan import refusals
 from saphan.refusals import CLASSES
@@ -33,8 +32,7 @@ ABANDONED = re.compile(r"^saphan-launcher: abandoned pids=\[([0-9,]*)\]$")
 LIMIT = 1 << 16
 
 
-@dataclass(frozen=True)
-class Expected:
+class Expected(NamedTuple):
     """What the engine sent, to hold the launcher's lines against. ``landlock``
     False: the launcher only reaped (no domain is claimed from it)."""
 

@@ -47,8 +47,7 @@ import json
 import re
 import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from saphan import refusals
 
@@ -120,8 +119,7 @@ TOOLS = ("claude", "codex", "loop")
 
 # -- the allow-list ------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Option:
+class Option(NamedTuple):
     """One flag an adapter may emit, always as its own element (never
     ``--flag=value``, never an attached short form)."""
 
@@ -148,15 +146,14 @@ class Option:
         return self.check is None or self.check(value)
 
 
-@dataclass(frozen=True)
-class AllowList:
+class AllowList(NamedTuple):
     """Everything an adapter may put on its tool's command line: argv[0] is
     its binary; every other element is one of ``options`` (with its values)
     or a positional word, and the positional words in order must satisfy
     ``positionals``."""
 
     options: Mapping[str, Option]
-    positionals: Callable[[tuple[str, ...]], bool] = field(default=lambda words: not words)
+    positionals: Callable[[tuple[str, ...]], bool] = lambda words: not words
     #: the positional words it may use, for the docs and refusals
     says: str = "no positional words"
     #: options that must be present (what keeps the tool in its composed mode:
@@ -229,15 +226,30 @@ def check_allowed(final_argv: Sequence[str], allowed: AllowList, *, tool: str, b
 
 # -- the bypass check ------------------------------------------------------------------
 
-@dataclass(frozen=True)
 class Element:
-    """One argv element, split into the forms the guard matches."""
+    """One argv element, split into the forms the guard matches (a plain
+    class: it is made for every element of every run's command line)."""
 
-    index: int
-    text: str
-    flag: str | None = None  # "-x"/"--xx" of a "-flag=value" element
-    value: str | None = None  # its value, or a config override's unquoted value
-    key: str | None = None  # a config override's key
+    __slots__ = ("flag", "index", "key", "text", "value")
+
+    def __init__(self, index: int, text: str, flag: str | None = None,
+                 value: str | None = None, key: str | None = None) -> None:
+        self.index = index
+        self.text = text
+        self.flag = flag  # "-x"/"--xx" of a "-flag=value" element
+        self.value = value  # its value, or a config override's unquoted value
+        self.key = key  # a config override's key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Element) and all(
+            getattr(self, a) == getattr(other, a) for a in self.__slots__)
+
+    def __hash__(self) -> int:
+        return hash((self.index, self.text, self.flag, self.value, self.key))
+
+    def __repr__(self) -> str:
+        return (f"Element(index={self.index!r}, text={self.text!r}, flag={self.flag!r}, "
+                f"value={self.value!r}, key={self.key!r})")
 
 
 def _unquote(value: str) -> str:
