@@ -95,7 +95,12 @@ set -eu
 umask 077
 if command -v sha256sum >/dev/null 2>&1; then sha() {{ sha256sum; }}
 elif command -v shasum >/dev/null 2>&1; then sha() {{ shasum -a 256; }}
-else echo "no-digest-tool: neither sha256sum nor shasum is on PATH" >&2; exit 3; fi
+else
+  # The upload is read (and dropped) first: leaving early would cut the
+  # channel while it is still being sent, and hide this message.
+  cat >/dev/null
+  echo "no-digest-tool: neither sha256sum nor shasum is on PATH" >&2; exit 3
+fi
 d="$HOME/{dir}"
 mkdir -p "$d"
 chmod go-w "$HOME/.saphan" "$HOME/{root}" "$d"
