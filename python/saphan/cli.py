@@ -469,7 +469,8 @@ def slot_set(
 @click.option("--max-turns", type=int, default=None, metavar="N",
               help="Loop slots: model turns before the run ends (default 50).")
 @click.option("--max-seconds", type=int, default=None, metavar="S",
-              help="Loop slots: wall-clock budget in seconds (default 1800).")
+              help="Agent slots: wall-clock budget in seconds (loop default 1800; claude and "
+                   "codex 3600, after which the run's whole tree is ended: time-limit-killed).")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 @click.pass_context
 def run(

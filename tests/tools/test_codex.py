@@ -255,3 +255,46 @@ def test_codex_end_to_end_through_saphan_run(
     assert srv.requests[0]["model"] == "scripted-model"
     assert "commit a file" in json.dumps(srv.requests[0]["input"])
     assert "commit a file" not in rec["argv"]  # the prompt went on stdin
+
+
+@pytest.mark.slow
+def test_a_codex_run_against_a_dead_endpoint_ends_at_its_limit(
+    saphan_sqlite: Saphan, codex_bin: str, codex_home: str, tmp_path: Path,
+) -> None:
+    """Codex retried an endpoint that never answers for minutes (measured):
+    the run ends at --max-seconds, recorded time-limit-killed, and nothing
+    of it is left running."""
+    import socket
+    import time
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(0)  # accepts connections into its backlog, never answers
+    port = held.getsockname()[1]
+    home = tmp_path / "home"
+    home.mkdir()
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    s = saphan_sqlite
+    try:
+        with open(s.home / "config.toml", "a") as f:
+            f.write(f'\n[codex]\nbase_url = "http://127.0.0.1:{port}/v1"\n'
+                    'env_key = "SAPHAN_TEST_KEY"\n')
+        s.ok("machine", "add", "here", "--local")
+        s.ok("slot", "add", "here", "cx", "--tool", "codex")
+        env = s.env(CODEX_HOME=codex_home, HOME=str(home), SAPHAN_TEST_KEY="sk-test",
+                    SAPHAN_CODEX_BIN=codex_bin)
+        start = time.monotonic()
+        r = s("run", "--machine", "here", "--slot", "cx", "--workdir", str(wd), "--prompt",
+              "say hi", "--model", "scripted-model", "--max-seconds", "4", "--json", env=env,
+              timeout=120)
+        took = time.monotonic() - start
+    finally:
+        held.close()
+    assert r.code != 0
+    rec = json.loads(r.out)
+    assert rec["outcome"] == "time-limit-killed", rec
+    assert any("time limit (4 s)" in n for n in rec["notes"])
+    assert took < 4 + 12 + 15, took
+    left = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert not [line for line in left.splitlines() if rec["id"] in line], left

@@ -37,8 +37,18 @@ def test_time_limit_kills_the_child(tmp_path: Path) -> None:
     done = local.run(["sleep", "30"], cwd=str(tmp_path), run_dir=str(tmp_path), stream=False,
                      time_limit=1.0)
     took = time.monotonic() - t0
-    assert done.killed_at_limit and done.exit_code == -9
+    # SIGTERM first (a reaper passes it on and ends the tree); sleep ends on it
+    assert done.killed_at_limit and done.exit_code == -15
     assert 1.0 <= took < 1.0 + local.KILL_GRACE + 2, took
+
+
+def test_time_limit_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    done = local.run(["sh", "-c", "trap '' TERM; sleep 30"], cwd=str(tmp_path),
+                     run_dir=str(tmp_path), stream=False, time_limit=1.0)
+    took = time.monotonic() - t0
+    assert done.killed_at_limit and done.exit_code == -9
+    assert 1.0 + local.TERM_GRACE <= took < 1.0 + local.TERM_GRACE + local.KILL_GRACE + 2, took
 
 
 def test_time_limit_does_not_wait_for_a_grandchild_holding_the_pipes(tmp_path: Path) -> None:

@@ -27,8 +27,8 @@ def check_fits(
 ) -> None:
     """An agent slot takes a task, never a command line; a command slot the reverse."""
     loop_flags = [] if request is None else [
-        flag for flag, value in (("--lane", request.lane), ("--max-turns", request.max_turns),
-                                 ("--max-seconds", request.max_seconds)) if value is not None]
+        flag for flag, value in (("--lane", request.lane), ("--max-turns", request.max_turns))
+        if value is not None]
     if s.tool in AGENT_TOOLS:
         if command:
             raise UserError(
@@ -46,6 +46,8 @@ def check_fits(
         if s.tool == "codex" and boundary is not None:
             raise UserError("Codex confines itself (the engine's boundary cannot nest around "
                             "its sandbox); drop --boundary for a codex slot")
+        if request.max_seconds is not None and request.max_seconds < 1:
+            raise UserError(f"--max-seconds {request.max_seconds} is below 1")
         if s.tool == "loop":
             if request.model is not None:
                 raise UserError("a loop slot runs the model its lane names; drop --model "
@@ -63,7 +65,7 @@ def check_fits(
         return
     if request is not None and (request.prompt is not None or request.prompt_file is not None
                                 or request.model is not None or request.resume is not None
-                                or loop_flags):
+                                or request.max_seconds is not None or loop_flags):
         raise UserError(f"slot {s.name!r} runs tool {s.tool!r}: --prompt, --prompt-file, "
                         "--model, --resume, --lane and --max-* are for agent slots "
                         "(claude, codex, loop)")

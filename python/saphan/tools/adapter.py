@@ -41,6 +41,11 @@ if TYPE_CHECKING:
     from saphan.confine.policy import Policy
 
 
+#: An agent run's time limit when the operator gives no --max-seconds: a run
+#: against an endpoint that never answers (a tool retrying for ever) ends.
+DEFAULT_AGENT_MAX_SECONDS = 3600
+
+
 @dataclass(frozen=True)
 class Adapter(ABC):
     binary: AgentBinary

@@ -53,7 +53,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from saphan.tools.adapter import Adapter, first_json_event
+from saphan.tools.adapter import DEFAULT_AGENT_MAX_SECONDS, Adapter, first_json_event
 from saphan.tools.argv_guard import AllowList, Option
 from saphan.tools.permission_class import PERMISSION_MODES
 from saphan.tools.session_key import session_key
@@ -145,6 +145,12 @@ def compose_argv(
 class ClaudeAdapter(Adapter):
     tool = "claude"
     allowed_argv = ALLOWED_ARGV
+    #: the engine's watchdog (seconds): at the limit the run's whole tree is
+    #: ended (SIGTERM through the reaper, then SIGKILL): time-limit-killed
+    max_seconds: int = DEFAULT_AGENT_MAX_SECONDS
+
+    def time_limit(self) -> float | None:
+        return float(self.max_seconds)
 
     @property
     def permission_mode(self) -> str:

@@ -62,7 +62,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from saphan.tools.adapter import Adapter, first_json_event
+from saphan.tools.adapter import DEFAULT_AGENT_MAX_SECONDS, Adapter, first_json_event
 from saphan.tools.argv_guard import AllowList, Option, toml_value
 
 if TYPE_CHECKING:
@@ -269,6 +269,12 @@ class CodexAdapter(Adapter):
     tool = "codex"
     allowed_argv = ALLOWED_ARGV
     provider: Provider | None = field(default=None)
+    #: the engine's watchdog (seconds): at the limit the run's whole tree is
+    #: ended (SIGTERM through the reaper, then SIGKILL): time-limit-killed
+    max_seconds: int = DEFAULT_AGENT_MAX_SECONDS
+
+    def time_limit(self) -> float | None:
+        return float(self.max_seconds)
 
     @property
     def network(self) -> str:

@@ -91,11 +91,14 @@ def prepare(
     prompt_path.write_text(prompt, encoding="utf-8")
     instruction = Instruction(prompt_path=str(prompt_path), workdir=wd, model=request.model,
                               permission_class=pc, resume=resume)
+    from saphan.tools.adapter import DEFAULT_AGENT_MAX_SECONDS
+
+    limit = request.max_seconds or DEFAULT_AGENT_MAX_SECONDS
     if tool == "claude":
-        return ClaudeAdapter(binary, instruction, confinement, run_id)
+        return ClaudeAdapter(binary, instruction, confinement, run_id, max_seconds=limit)
     if tool == "codex":
         return CodexAdapter(binary, instruction, confinement, run_id,
-                            provider=_codex_provider(ctx))
+                            provider=_codex_provider(ctx), max_seconds=limit)
     if tool == "loop":
         from saphan.loop.adapter import DEFAULT_MAX_SECONDS, DEFAULT_MAX_TURNS, LoopAdapter
 

@@ -36,6 +36,9 @@ class Finished:
 #: seconds to keep reading a killed child's output (its own children may
 #: still hold the pipes; they are not waited for beyond this)
 KILL_GRACE = 2.0
+#: after the time limit's SIGTERM, how long the run's reaper gets to end the
+#: command and what it left (its own deadline is 10 s) before SIGKILL
+TERM_GRACE = 12.0
 
 
 def _die_with_saphan() -> None:
@@ -91,8 +94,10 @@ def run(
     """Run ``argv``; stdin is /dev/null, the file ``stdin_path`` (an agent's
     prompt: never on the command line), or a pipe holding ``stdin_bytes`` and
     then EOF (the loop's key: never in argv or an environment). With
-    ``time_limit`` (seconds), a child still running then is SIGKILLed — a
-    watchdog behind a tool's own budgets, so no run can hang for ever.
+    ``time_limit`` (seconds), a child still running then is sent SIGTERM
+    (its reaper ends the whole tree) and SIGKILL if it is still there
+    :data:`TERM_GRACE` later — a watchdog behind a tool's own budgets, so no
+    run can hang for ever.
 
     With ``status_fd``, the child gets a pipe's write end at that descriptor
     number (saphan-launcher's control lines; the launcher closes it before
@@ -163,24 +168,38 @@ def _stdin(path: str | None, data: bytes | None) -> IO[bytes]:
 
 def _pump(sinks: dict[int, tuple[IO[bytes], IO[bytes] | None]],
           proc: subprocess.Popen[bytes], time_limit: float | None) -> bool:
-    """Copy output until EOF; past ``time_limit``, kill ``proc`` and read on
-    for at most :data:`KILL_GRACE`. Returns whether it killed."""
+    """Copy output until EOF; past ``time_limit``, SIGTERM ``proc``, then
+    SIGKILL it after :data:`TERM_GRACE`, and read on for at most
+    :data:`KILL_GRACE`. Returns whether it had to stop it."""
     deadline = time.monotonic() + time_limit if time_limit is not None else None
     killed = False
+    stage = 0  # 0: running; 1: SIGTERM sent; 2: SIGKILL sent
     sel = selectors.DefaultSelector()
     for fd in sinks:
         sel.register(fd, selectors.EVENT_READ)
     open_fds = set(sinks)
     while open_fds:
+        if stage == 1 and proc.poll() is not None:
+            # It ended on SIGTERM; only what still holds the pipes is left.
+            stage = 2
+            deadline = time.monotonic() + KILL_GRACE
         wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if stage == 1:
+            wait = min(wait or 0.0, 0.1)  # look again soon: has it ended yet?
         ready = sel.select(wait)
         if not ready and deadline is not None and time.monotonic() >= deadline:
-            if killed:
+            if stage == 2:
                 break  # grace over: what still holds the pipes is not waited for
             with suppress(ProcessLookupError):
-                proc.kill()
+                if stage == 0:
+                    # SIGTERM first: a reaper passes it on and then ends every
+                    # process the run left; SIGKILL if that takes too long.
+                    proc.terminate()
+                else:
+                    proc.kill()
+            stage += 1
             killed = True
-            deadline = time.monotonic() + KILL_GRACE
+            deadline = time.monotonic() + (TERM_GRACE if stage == 1 else KILL_GRACE)
             continue
         for key, _ in ready:
             fd = key.fd
