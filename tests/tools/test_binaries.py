@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require
 from saphan.errors import UserError
 from saphan.refusals import Refusal
 from saphan.tools import binaries
@@ -66,8 +67,9 @@ def test_codex_wrapper_resolves_to_its_native_binary(clean: pytest.MonkeyPatch,
     triple = {("Linux", "x86_64"): ("codex-linux-x64", "x86_64-unknown-linux-musl"),
               ("Linux", "aarch64"): ("codex-linux-arm64", "aarch64-unknown-linux-musl")}.get(
         (platform.system(), platform.machine()))
-    if triple is None:
-        pytest.skip(f"no Codex native package for {platform.system()} {platform.machine()}")
+    require(triple is not None,
+            f"a platform with a Codex native package (not {platform.system()} {platform.machine()})")
+    assert triple is not None
     scope = tmp_path / "agents" / "node_modules" / "@openai"
     wrapper = _exe(scope / "codex" / "bin" / "codex.js", "exit 0")
     bin_dir = tmp_path / "agents" / "node_modules" / ".bin"

@@ -10,21 +10,7 @@ from pathlib import Path
 import pytest
 
 from race_harness import NAIVE_TABLE, run_race
-from saphan.store import Store, open_store
-from saphan.store.rows import Machine, Slot
-
-
-def _store(url: str, tmp_path: Path) -> Store:
-    return open_store(url, tmp_path / "unused.db")
-
-
-def _slot(store: Store, n: int | None, name: str = "s1") -> Slot:
-    if store.get_machine("m1") is None:
-        store.add_machine(Machine("m1", "local"))
-    store.add_slot(Slot("m1", name, "command", n))
-    slot = store.get_slot("m1", name)
-    assert slot is not None
-    return slot
+from test_capacity import _slot, _store
 
 
 @pytest.mark.slow
