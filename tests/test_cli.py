@@ -116,7 +116,7 @@ def test_slot_set_validates_everything_before_looking_anything_up(
     was acted on before all of them were checked."""
     s = saphan_sqlite
     for args, needle in [
-        ([], "nothing to change: give --max-sessions N, --pin-sha256 HEX or --unpin"),
+        ([], "nothing to change: give --max-sessions N, --pin-sha256 HEX, --unpin, a run default"),
         (["--pin-sha256", "a" * 64, "--unpin"], "give --pin-sha256 HEX or --unpin, not both"),
         (["--pin-sha256", "XYZ"], "--pin-sha256 'XYZ' is not a SHA-256 digest"),
         (["--max-sessions", "0"], "--max-sessions 0 is below 1"),
@@ -213,7 +213,8 @@ def test_json_shapes(saphan: Saphan, tmp_path: Path) -> None:
     shown = _canonical(s.ok("machine", "show", "m1", "--json"))
     assert set(shown) == machine_keys | {"slots", "facts"}
     assert shown["facts"] == {}
-    slot_keys = {"machine", "slot", "tool", "max_sessions", "agent_sha256", "created_at"}
+    slot_keys = {"machine", "slot", "tool", "max_sessions", "agent_sha256", "created_at",
+                 "endpoint", "model", "max_seconds", "max_turns"}
     [slot] = _canonical(s.ok("slot", "list", "--json"))
     assert shown["slots"] == [slot]
     assert set(slot) == slot_keys
@@ -259,8 +260,33 @@ def test_tables(saphan_sqlite: Saphan) -> None:
     assert "slots:" in shown and "  s1  tool=command  max_sessions=None" in shown
     assert shown[-1] == "facts: none measured"
     slot = s.ok("slot", "show", "m1", "s1").out.splitlines()
-    assert slot[:2] == ["slot s1 on m1: tool command, capacity 1, 0 live", "agent pin: none"]
-    assert slot[2].split() == ["ORDINAL", "RUN", "PID", "HOST", "SINCE", "LIVENESS"]
+    assert slot[:3] == ["slot s1 on m1: tool command, capacity 1, 0 live", "agent pin: none",
+                        "run defaults: none"]
+    assert slot[3].split() == ["ORDINAL", "RUN", "PID", "HOST", "SINCE", "LIVENESS"]
+
+
+def test_slot_run_defaults_through_the_cli(saphan_sqlite: Saphan) -> None:
+    s = saphan_sqlite
+    s.ok("machine", "add", "m1", "--local")
+    out = s.ok("slot", "add", "m1", "cl", "--tool", "claude", "--endpoint",
+               "http://127.0.0.1:9/anthropic", "--max-seconds", "600").out
+    assert "run defaults endpoint=http://127.0.0.1:9/anthropic, max_seconds=600" in out
+    out = s.ok("slot", "set", "m1", "cl", "--model", "claude-x", "--unset", "max-seconds").out
+    assert out.strip() == ("slot cl on m1 run defaults: endpoint=http://127.0.0.1:9/anthropic, "
+                           "model=claude-x")
+    assert "run defaults: endpoint=http://127.0.0.1:9/anthropic, model=claude-x" in s.ok(
+        "slot", "show", "m1", "cl").out
+    # bad input: exit 2, the fix named, nothing written
+    for args, needle in ((["--max-turns", "0"], "--max-turns 0 is out of range; give 1..10000"),
+                         (["--endpoint", "https://u:p@h/"], "carries credentials"),
+                         (["--model", "y", "--unset", "model"], "not both")):
+        r = s("slot", "set", "m1", "cl", *args)
+        assert r.code == 2 and needle in r.err, (args, r.err)
+    assert _canonical(s.ok("slot", "show", "m1", "cl", "--json"))["model"] == "claude-x"
+    r = s("slot", "add", "m1", "cx", "--tool", "codex", "--max-turns", "3")
+    assert r.code == 2 and "--max-turns applies to claude, loop slots" in r.err
+    r = s("run", "--machine", "m1", "--slot", "cl", "--prompt", "x", "--max-seconds", "0")
+    assert r.code == 2 and "0 is not in the range 1<=x<=604800" in r.err
 
 
 # -- runs: text and --json ---------------------------------------------------------------------

@@ -338,6 +338,34 @@ def slot() -> None:
     """Slots: named capacity on a machine, for one tool."""
 
 
+def _run_default_options(f: Any) -> Any:
+    """The slot's run defaults, on `slot add` and `slot set` alike (fleet/slots.py)."""
+    for opt in reversed((
+        click.option("--endpoint", default=None, metavar="URL",
+                     help="claude, codex: the model API endpoint every run uses (claude: "
+                          "ANTHROPIC_BASE_URL, set by saphan and taken from nowhere else; "
+                          "codex: the pinned provider's base URL). Default: the tool's own."),
+        click.option("--model", default=None, metavar="NAME",
+                     help="claude, codex: the model when `saphan run` names none (else the "
+                          "model saphan pins for the tool, docs/tools.md)."),
+        click.option("--max-seconds", type=int, default=None, metavar="S",
+                     help="claude, codex, loop: the wall-clock budget when `saphan run` gives "
+                          "none (1..604800)."),
+        click.option("--max-turns", type=int, default=None, metavar="N",
+                     help="claude, loop: the model-turn budget when `saphan run` gives none "
+                          "(1..10000)."),
+    )):
+        f = opt(f)
+    return f
+
+
+def _defaults_text(s: Any) -> str:
+    parts = [f"{k}={v}" for k, v in (("endpoint", s.endpoint), ("model", s.model),
+                                      ("max_seconds", s.max_seconds),
+                                      ("max_turns", s.max_turns)) if v is not None]
+    return ", ".join(parts) if parts else "none"
+
+
 @slot.command("add")
 @click.argument("machine_name", metavar="MACHINE")
 @click.argument("slot_name", metavar="SLOT")
@@ -347,17 +375,27 @@ def slot() -> None:
               help="Concurrent runs allowed (default: exactly one).")
 @click.option("--pin-sha256", "pin", metavar="HEX", default=None,
               help="Refuse any run whose agent binary's SHA-256 is not HEX (digest-mismatch).")
+@_run_default_options
 @click.pass_context
 def slot_add(
     ctx: click.Context, machine_name: str, slot_name: str, tool: str, max_sessions: int | None,
-    pin: str | None,
+    pin: str | None, endpoint: str | None, model: str | None, max_seconds: int | None,
+    max_turns: int | None,
 ) -> None:
-    """Add a slot to a machine."""
+    """Add a slot to a machine.
+
+    An agent slot may carry run defaults: e.g.
+    saphan slot add here cl --tool claude --endpoint https://gw.example/anthropic
+    --model claude-sonnet-4-5 --max-seconds 1800 --max-turns 40
+    """
     s = _engine(ctx).add_slot(machine_name, slot_name, tool=tool, max_sessions=max_sessions,
-                              agent_sha256=pin)
+                              agent_sha256=pin, endpoint=endpoint, model=model,
+                              max_seconds=max_seconds, max_turns=max_turns)
     pinned = f", agent pinned to sha256 {s.agent_sha256}" if s.agent_sha256 else ""
+    defaults = _defaults_text(s)
+    extra = f", run defaults {defaults}" if defaults != "none" else ""
     click.echo(f"added slot {s.name} on {s.machine} (tool {s.tool}, capacity {s.capacity}"
-               f"{pinned})")
+               f"{pinned}{extra})")
 
 
 @slot.command("list")
@@ -391,6 +429,7 @@ def slot_show(ctx: click.Context, machine_name: str, slot_name: str, as_json: bo
     click.echo(f"slot {s.name} on {s.machine}: tool {s.tool}, capacity {s.capacity}, "
                f"{len(holders)} live")
     click.echo(f"agent pin: sha256 {s.agent_sha256}" if s.agent_sha256 else "agent pin: none")
+    click.echo(f"run defaults: {_defaults_text(s)}")
     _table(["ordinal", "run", "pid", "host", "since", "liveness"],
            [[h["ordinal"], h["run"], h["pid"], h["host"], h["since"], h["liveness"]]
             for h in holders])
@@ -404,17 +443,28 @@ def slot_show(ctx: click.Context, machine_name: str, slot_name: str, as_json: bo
 @click.option("--pin-sha256", "pin", metavar="HEX", default=None,
               help="Pin the agent binary's SHA-256 (runs with another binary are refused).")
 @click.option("--unpin", is_flag=True, help="Remove the agent binary pin.")
+@_run_default_options
+@click.option("--unset", "unset", multiple=True,
+              type=click.Choice(["endpoint", "model", "max-seconds", "max-turns"]),
+              help="Clear a run default (repeatable).")
 @click.pass_context
 def slot_set(
     ctx: click.Context, machine_name: str, slot_name: str, max_sessions: int | None,
-    pin: str | None, unpin: bool,
+    pin: str | None, unpin: bool, endpoint: str | None, model: str | None,
+    max_seconds: int | None, max_turns: int | None, unset: tuple[str, ...],
 ) -> None:
-    """Change a slot's capacity or its agent binary pin (at least one)."""
+    """Change a slot's capacity, agent binary pin or run defaults (at least one)."""
     from saphan.errors import UserError
+    from saphan.fleet.slots import check_run_defaults
     from saphan.tools.binaries import check_pin_format
 
-    if max_sessions is None and pin is None and not unpin:
-        raise UserError("nothing to change: give --max-sessions N, --pin-sha256 HEX or --unpin")
+    defaults = {"endpoint": endpoint, "model": model, "max_seconds": max_seconds,
+                "max_turns": max_turns}
+    touched = any(v is not None for v in defaults.values()) or bool(unset)
+    if max_sessions is None and pin is None and not unpin and not touched:
+        raise UserError("nothing to change: give --max-sessions N, --pin-sha256 HEX, --unpin, "
+                        "a run default (--endpoint, --model, --max-seconds, --max-turns) or "
+                        "--unset NAME")
     if pin is not None and unpin:
         raise UserError("give --pin-sha256 HEX or --unpin, not both")
     # Validate everything before writing anything.
@@ -424,6 +474,8 @@ def slot_set(
         raise UserError(f"--max-sessions {max_sessions} is below 1; give N >= 1")
     engine = _engine(ctx)
     s = engine.slot(machine_name, slot_name)
+    if touched:
+        check_run_defaults(s.tool, **defaults)
     if max_sessions is not None:
         s = engine.set_max_sessions(machine_name, slot_name, max_sessions)
         click.echo(f"slot {s.name} on {s.machine} now has capacity {s.capacity}")
@@ -432,6 +484,10 @@ def slot_set(
         click.echo(f"slot {s.name} on {s.machine} now pins its agent binary to sha256 "
                    f"{s.agent_sha256}" if s.agent_sha256
                    else f"slot {s.name} on {s.machine} now pins no agent binary")
+    if touched:
+        s = engine.set_run_defaults(machine_name, slot_name,
+                                    unset=tuple(u.replace("-", "_") for u in unset), **defaults)
+        click.echo(f"slot {s.name} on {s.machine} run defaults: {_defaults_text(s)}")
 
 
 # -- runs -----------------------------------------------------------------------
@@ -466,11 +522,13 @@ def slot_set(
                    "(the only way a session is ever continued).")
 @click.option("--lane", default=None, metavar="NAME",
               help="Loop slots: the model lane (default: the only one declared).")
-@click.option("--max-turns", type=int, default=None, metavar="N",
-              help="Loop slots: model turns before the run ends (default 50).")
-@click.option("--max-seconds", type=int, default=None, metavar="S",
-              help="Agent slots: wall-clock budget in seconds (loop default 1800; claude and "
-                   "codex 3600, after which the run's whole tree is ended: time-limit-killed).")
+@click.option("--max-turns", type=click.IntRange(1, 10_000), default=None, metavar="N",
+              help="Loop and claude slots: model turns before the run ends (loop default 50; "
+                   "else the slot's default, if any).")
+@click.option("--max-seconds", type=click.IntRange(1, 7 * 24 * 3600), default=None, metavar="S",
+              help="Agent slots: wall-clock budget in seconds (default: the slot's, else loop "
+                   "1800, claude and codex 3600), after which the run's whole tree is ended: "
+                   "time-limit-killed.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 @click.pass_context
 def run(

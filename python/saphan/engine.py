@@ -111,11 +111,11 @@ class Engine:
         return self.ctx.remote_liveness(m)
 
     def add_slot(self, machine: str, slot: str, *, tool: str, max_sessions: int | None = None,
-                 agent_sha256: str | None = None) -> Slot:
+                 agent_sha256: str | None = None, **run_defaults: Any) -> Slot:
         from saphan.fleet import slots
 
         return slots.add_slot(self.ctx, machine, slot, tool=tool, max_sessions=max_sessions,
-                              agent_sha256=agent_sha256)
+                              agent_sha256=agent_sha256, **run_defaults)
 
     def slot(self, machine: str, slot: str) -> Slot:
         return self.ctx.slot(machine, slot)
@@ -127,13 +127,15 @@ class Engine:
 
     def set_max_sessions(self, machine: str, slot: str, max_sessions: int | None) -> Slot:
         from saphan.fleet import slots
-
         return slots.set_max_sessions(self.ctx, machine, slot, max_sessions)
 
     def set_agent_pin(self, machine: str, slot: str, agent_sha256: str | None) -> Slot:
         from saphan.fleet import slots
-
         return slots.set_agent_pin(self.ctx, machine, slot, agent_sha256)
+
+    def set_run_defaults(self, machine: str, slot: str, **changes: Any) -> Slot:
+        from saphan.fleet import slots
+        return slots.set_run_defaults(self.ctx, machine, slot, **changes)
 
     def holders(self, machine: str, slot: str) -> list[dict[str, Any]]:
         from saphan.fleet import slots

@@ -141,3 +141,55 @@ def test_slot_rows_round_trip_through_the_store(ctx: Context, m1: str) -> None:
     s = Slot("m1", "s", "loop", 2, "t", PIN)
     assert ctx.store.add_slot(s)
     assert slots.slots(ctx, "m1") == [s]
+
+
+# -- run defaults ---------------------------------------------------------------
+
+def test_run_defaults_are_stored_shown_changed_and_cleared(ctx: Context, m1: str) -> None:
+    s = slots.add_slot(ctx, m1, "cl", tool="claude", endpoint="http://127.0.0.1:8080/anthropic",
+                       model="claude-x", max_seconds=900, max_turns=12)
+    assert (s.endpoint, s.model, s.max_seconds, s.max_turns) == (
+        "http://127.0.0.1:8080/anthropic", "claude-x", 900, 12)
+    assert ctx.slot(m1, "cl") == s
+    assert s.as_dict()["endpoint"] == "http://127.0.0.1:8080/anthropic"
+    s = slots.set_run_defaults(ctx, m1, "cl", model="claude-y", unset=("max_turns",))
+    # the given one changed, the cleared one is gone, the others are kept
+    assert (s.endpoint, s.model, s.max_seconds, s.max_turns) == (
+        "http://127.0.0.1:8080/anthropic", "claude-y", 900, None)
+    assert ctx.slot(m1, "cl") == s
+
+
+@pytest.mark.parametrize(("tool", "kw", "needle"), [
+    ("loop", {"endpoint": "http://127.0.0.1:1"}, "--endpoint applies to claude, codex slots; "
+     "this slot runs loop"),
+    ("command", {"max_seconds": 5}, "--max-seconds applies to claude, codex, loop slots"),
+    ("codex", {"max_turns": 5}, "--max-turns applies to claude, loop slots; this slot runs codex"),
+    ("loop", {"model": "m"}, "--model applies to claude, codex slots"),
+    ("claude", {"endpoint": "ftp://h/x"}, "is not an http(s) URL"),
+    ("claude", {"endpoint": "http://h/x?a=1"}, "is not an http(s) URL"),
+    ("claude", {"endpoint": "http://h/x y"}, "is not an http(s) URL"),
+    ("claude", {"endpoint": "http://h:99999/"}, "has an invalid port"),
+    ("claude", {"endpoint": "https://user:secret@gw.example/"}, "carries credentials"),
+    ("claude", {"model": "--dangerously-skip-permissions"}, "is not a model name"),
+    ("claude", {"max_seconds": 0}, "--max-seconds 0 is out of range; give 1..604800"),
+    ("claude", {"max_turns": 10_001}, "--max-turns 10001 is out of range; give 1..10000"),
+])
+def test_run_defaults_are_checked_before_anything_is_written(
+    ctx: Context, m1: str, tool: str, kw: dict[str, object], needle: str,
+) -> None:
+    with pytest.raises(UserError) as e:
+        slots.add_slot(ctx, m1, "s", tool=tool, **kw)  # type: ignore[arg-type]
+    assert needle in str(e.value)
+    assert ctx.store.list_slots() == []
+    before = slots.add_slot(ctx, m1, "s", tool=tool)
+    with pytest.raises(UserError) as e:
+        slots.set_run_defaults(ctx, m1, "s", **kw)
+    assert needle in str(e.value)
+    assert ctx.slot(m1, "s") == before
+
+
+def test_a_default_is_given_or_cleared_not_both(ctx: Context, m1: str) -> None:
+    before = slots.add_slot(ctx, m1, "s", tool="claude", model="a")
+    with pytest.raises(UserError, match="give --model or --unset model, not both"):
+        slots.set_run_defaults(ctx, m1, "s", model="b", unset=("model",))
+    assert ctx.slot(m1, "s") == before

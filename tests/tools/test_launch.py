@@ -64,9 +64,9 @@ def agent_bins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Pat
 
 
 def _prepare(ctx: Context, tool: str, request: Request, wd: Path,
-             run_id: str = "01RUN") -> Adapter:
+             run_id: str = "01RUN", slot: Slot | None = None) -> Adapter:
     return prepare(ctx, tool, request, workdir=str(wd), run_id=run_id, confinement="engine",
-                   run_dir=ctx.workspace.run_dir(run_id))
+                   run_dir=ctx.workspace.run_dir(run_id), slot=slot)
 
 
 def _pc(tmp_path: Path, **data: Any) -> str:
@@ -164,6 +164,17 @@ def test_codex_gets_the_provider_from_the_config(ctx: Context, wd: Path,
     a = _prepare(ctx, "codex", Request(prompt="t"), wd)
     provider = a.provider  # type: ignore[attr-defined]
     assert (provider.base_url, provider.env_key) == ("http://127.0.0.1:9/v1", "OPENAI_API_KEY")
+    # the slot's endpoint comes before the workspace's table
+    slot = Slot("m", "cx", "codex", None, endpoint="http://127.0.0.1:7/v1", model="slot-model",
+                max_seconds=120)
+    a = _prepare(ctx, "codex", Request(prompt="t"), wd, slot=slot)
+    assert a.provider.base_url == "http://127.0.0.1:7/v1"  # type: ignore[attr-defined]
+    assert a.instruction.model == "slot-model" and a.time_limit() == 120.0
+    # what the run names comes before the slot's defaults
+    a = _prepare(ctx, "codex", Request(prompt="t", model="mine", max_seconds=30), wd, slot=slot)
+    assert a.instruction.model == "mine" and a.time_limit() == 30.0
+    with pytest.raises(UserError, match="Codex CLI has no turn budget"):
+        _prepare(ctx, "codex", Request(prompt="t", max_turns=3), wd, slot=slot)
 
 
 # -- the loop: every lane's key read here, outside any jail -----------------------------------
@@ -200,6 +211,11 @@ def test_the_loop_names_its_lane_and_every_secret_to_hide(ctx: Context, wd: Path
     assert a.spec_path == str(run_dir / "loop-spec.json")  # type: ignore[attr-defined]
     assert a.out_dir == str(run_dir / "out")  # type: ignore[attr-defined]
     assert (a.max_turns, a.max_seconds) == (7, 1800)  # type: ignore[attr-defined]
+    slot = Slot("m", "lp", "loop", None, max_seconds=90, max_turns=4)
+    a = _prepare(ctx, "loop", Request(prompt="t", lane="b"), wd, slot=slot)
+    assert (a.max_turns, a.max_seconds) == (4, 90)  # type: ignore[attr-defined]
+    a = _prepare(ctx, "loop", Request(prompt="t", lane="b", max_turns=9), wd, slot=slot)
+    assert (a.max_turns, a.max_seconds) == (9, 90)  # type: ignore[attr-defined]
     assert a.binary.path == os.path.abspath(sys.executable)
     assert "loop on Python" in a.binary.version
     assert "sk-" not in repr(a)

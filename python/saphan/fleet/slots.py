@@ -1,8 +1,19 @@
-"""Slots: a machine's named capacities (max_sessions ordinals, an agent pin)."""
+"""Slots: a machine's named capacities (max_sessions ordinals, an agent pin)
+and their run defaults.
+
+A slot's run defaults are what every run it hosts gets unless ``saphan run``
+names its own: the agent's model ``endpoint`` (claude: ``ANTHROPIC_BASE_URL``,
+set by saphan and taken from nowhere else; codex: the pinned provider's base
+URL), the ``model`` (claude, codex), and the budgets ``max_seconds`` (claude,
+codex, loop) and ``max_turns`` (claude, loop). Each applies only to the tools
+named; giving one to another tool is bad input, so a setting never sits on a
+slot doing nothing.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from saphan.context import Context
 from saphan.errors import UserError
@@ -11,10 +22,65 @@ from saphan.store.rows import Slot
 from saphan.timefmt import now_iso
 from saphan.tools import TOOLS
 
+#: bounds of the budgets, on a slot and on ``saphan run`` alike
+MAX_SECONDS_RANGE = (1, 7 * 24 * 3600)
+MAX_TURNS_RANGE = (1, 10_000)
+#: which tools each run default applies to
+DEFAULT_TOOLS: dict[str, tuple[str, ...]] = {
+    "endpoint": ("claude", "codex"),
+    "model": ("claude", "codex"),
+    "max_seconds": ("claude", "codex", "loop"),
+    "max_turns": ("claude", "loop"),
+}
+
+
+def _option(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def check_endpoint(url: str) -> str:
+    """An ``http(s)://host[:port][/path]`` URL with nothing a record must not
+    hold (credentials) and nothing a header could be smuggled through."""
+    bad = any(ord(c) < 0x21 or ord(c) == 0x7F for c in url)
+    parts = urlsplit(url) if not bad else None
+    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname
+            or parts.query or parts.fragment or len(url) > 2048):
+        raise UserError(f"--endpoint {url!r} is not an http(s) URL of a model API; give "
+                        "http(s)://HOST[:PORT][/PATH] (no spaces, query or fragment)")
+    if parts.username is not None or parts.password is not None:
+        raise UserError("--endpoint carries credentials in the URL, which would be stored and "
+                        "recorded; give the URL without them and the key in the tool's variable")
+    try:
+        parts.port  # noqa: B018 - raises on a port out of range
+    except ValueError:
+        raise UserError(f"--endpoint {url!r} has an invalid port") from None
+    return url
+
+
+def check_run_defaults(tool: str, **given: Any) -> None:
+    """Each default given (not None) applies to ``tool`` and is in bounds."""
+    for field, value in given.items():
+        if value is None:
+            continue
+        tools = DEFAULT_TOOLS[field]
+        if tool not in tools:
+            raise UserError(f"{_option(field)} applies to {', '.join(tools)} slots; this slot "
+                            f"runs {tool}")
+        if field == "endpoint":
+            check_endpoint(value)
+        elif field == "model":
+            if not value or value.startswith("-") or any(c.isspace() for c in value):
+                raise UserError(f"--model {value!r} is not a model name")
+        else:
+            lo, hi = MAX_SECONDS_RANGE if field == "max_seconds" else MAX_TURNS_RANGE
+            if not lo <= value <= hi:
+                raise UserError(f"{_option(field)} {value} is out of range; give {lo}..{hi}")
+
 
 def add_slot(
     ctx: Context, machine: str, slot: str, *, tool: str, max_sessions: int | None = None,
-    agent_sha256: str | None = None,
+    agent_sha256: str | None = None, endpoint: str | None = None, model: str | None = None,
+    max_seconds: int | None = None, max_turns: int | None = None,
 ) -> Slot:
     from saphan.tools.binaries import check_pin_format
 
@@ -28,7 +94,10 @@ def add_slot(
         )
     if agent_sha256 is not None:
         check_pin_format(agent_sha256)
-    s = Slot(machine, slot, tool, max_sessions, now_iso(), agent_sha256)
+    check_run_defaults(tool, endpoint=endpoint, model=model, max_seconds=max_seconds,
+                       max_turns=max_turns)
+    s = Slot(machine, slot, tool, max_sessions, now_iso(), agent_sha256, endpoint, model,
+             max_seconds, max_turns)
     if not ctx.store.add_slot(s):
         raise UserError(f"slot {slot!r} already exists on machine {machine!r}; pick another name")
     return s
@@ -57,6 +126,25 @@ def set_agent_pin(ctx: Context, machine: str, slot: str, agent_sha256: str | Non
         check_pin_format(agent_sha256)
     ctx.slot(machine, slot)
     ctx.store.set_agent_pin(machine, slot, agent_sha256)
+    return ctx.slot(machine, slot)
+
+
+def set_run_defaults(ctx: Context, machine: str, slot: str, *, unset: tuple[str, ...] = (),
+                     **given: Any) -> Slot:
+    """Change a slot's run defaults: the ``given`` ones (not None) are set,
+    the ``unset`` ones cleared; the others are kept."""
+    s = ctx.slot(machine, slot)
+    for field in unset:
+        if field not in DEFAULT_TOOLS:
+            raise UserError(f"--unset {field}: not a run default; choose from "
+                            f"{', '.join(f.replace('_', '-') for f in DEFAULT_TOOLS)}")
+        if given.get(field) is not None:
+            raise UserError(f"give {_option(field)} or --unset {field.replace('_', '-')}, "
+                            "not both")
+    check_run_defaults(s.tool, **given)
+    changes = {f: v for f, v in given.items() if v is not None}
+    changes.update({f: None for f in unset})
+    ctx.store.set_run_defaults(s._replace(**changes))
     return ctx.slot(machine, slot)
 
 

@@ -120,7 +120,7 @@ class LocalSite:
 
             adapter: Adapter = prepare(ctx, self.slot.tool, self.request, workdir=wd,
                                        run_id=run_id, confinement=self.mode,
-                                       run_dir=ctx.workspace.run_dir(run_id))
+                                       run_dir=ctx.workspace.run_dir(run_id), slot=self.slot)
             base["agent"] = adapter.binary.as_record()
         else:
             command = _command_adapter(self.request, self.command, wd, run_id, self.mode)
@@ -220,7 +220,7 @@ class LocalSite:
         built = environment.build(
             os.environ,
             allow=adapter.env_allowed(),
-            set_vars={"TMPDIR": policy.scratch_dir, "SAPHAN_RUN_ID": run_id,
+            set_vars={**adapter.env_set(), "TMPDIR": policy.scratch_dir, "SAPHAN_RUN_ID": run_id,
                       "SAPHAN_RETURN_PATH": str(out_dir), **dict(policy.setenv)},
         )
         record["environment"] = {"passed": list(built.passed), "set": list(built.set)}

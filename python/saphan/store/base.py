@@ -61,6 +61,26 @@ class Store:
                 applied.append(version)
         return applied
 
+    def schema_versions(self) -> list[int]:
+        """The applied migrations, read as found: no table is created (a
+        database saphan never migrated raises StoreError)."""
+        return [int(r[0]) for r in self.db.execute(q.APPLIED_VERSIONS)]
+
+    def check_writable(self) -> None:
+        """Write one row inside a transaction and roll it back: StoreError
+        when the store refuses the write. Nothing is kept (the row is a
+        migration numbered 0, which no migration uses)."""
+
+        class _RolledBack(Exception):
+            pass
+
+        try:
+            with self.db.transaction():
+                self.db.execute(q.RECORD_MIGRATION, (0, "write check (rolled back)", now_iso()))
+                raise _RolledBack
+        except _RolledBack:
+            pass
+
     # -- machines ------------------------------------------------------------
     def add_machine(self, m: Machine) -> bool:
         """False if a machine of that name exists (nothing written)."""
@@ -92,7 +112,8 @@ class Store:
     def add_slot(self, s: Slot) -> bool:
         got = self.db.execute(
             q.INSERT_SLOT,
-            (s.machine, s.name, s.tool, s.max_sessions, s.created_at or now_iso(), s.agent_sha256),
+            (s.machine, s.name, s.tool, s.max_sessions, s.created_at or now_iso(), s.agent_sha256,
+             s.endpoint, s.model, s.max_seconds, s.max_turns),
         )
         return bool(got)
 
@@ -111,6 +132,11 @@ class Store:
     def set_agent_pin(self, machine: str, name: str, agent_sha256: str | None) -> bool:
         """Pin (or, with None, unpin) the SHA-256 of a slot's agent binary."""
         return bool(self.db.execute(q.SET_AGENT_PIN, (agent_sha256, machine, name)))
+
+    def set_run_defaults(self, s: Slot) -> bool:
+        """Write a slot's run defaults (endpoint, model, max_seconds, max_turns) as ``s`` has them."""
+        return bool(self.db.execute(q.SET_RUN_DEFAULTS, (s.endpoint, s.model, s.max_seconds,
+                                                         s.max_turns, s.machine, s.name)))
 
     # -- runs ----------------------------------------------------------------
     def reserve(

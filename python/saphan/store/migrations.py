@@ -146,6 +146,18 @@ MIGRATIONS: list[tuple[int, str, list[Statement]]] = [
             "ALTER TABLE machines ADD COLUMN proxy_jump TEXT",
         ],
     ),
+    (
+        5,
+        "slot-run-defaults",
+        [
+            # A slot's own defaults for the runs it hosts (NULL: none): the
+            # agent's model endpoint and model, and its budgets.
+            "ALTER TABLE slots ADD COLUMN endpoint TEXT",
+            "ALTER TABLE slots ADD COLUMN model TEXT",
+            "ALTER TABLE slots ADD COLUMN max_seconds INTEGER",
+            "ALTER TABLE slots ADD COLUMN max_turns INTEGER",
+        ],
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -57,6 +57,12 @@ class Slot(NamedTuple):
     created_at: str = ""
     #: the pinned SHA-256 (64 lowercase hex) of the agent binary; None: no pin
     agent_sha256: str | None = None
+    #: the run defaults (fleet/slots.py; None: none): the agent's model
+    #: endpoint and model, its wall-clock budget and its turn budget
+    endpoint: str | None = None
+    model: str | None = None
+    max_seconds: int | None = None
+    max_turns: int | None = None
 
     @classmethod
     def from_row(cls, r: Row) -> Slot:
@@ -74,6 +80,10 @@ class Slot(NamedTuple):
             "tool": self.tool,
             "max_sessions": self.max_sessions,
             "agent_sha256": self.agent_sha256,
+            "endpoint": self.endpoint,
+            "model": self.model,
+            "max_seconds": self.max_seconds,
+            "max_turns": self.max_turns,
             "created_at": self.created_at,
         }
 

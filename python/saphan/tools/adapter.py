@@ -16,6 +16,9 @@ it). The local site (saphan.site.local) calls, in order:
     record(policy)          -> what the record says about the tool and its policy
     env_allowed()           -> the variable names the run may take from saphan's
                                environment, on top of the base (confine/environment.py)
+    env_set()               -> variables the adapter sets for the run (the slot's
+                               endpoint for Claude Code): never taken from saphan's
+                               environment, recorded under ``set``
     environment(env)        -> a last adjustment of the built environment (the loop
                                scrubs its keys by value here); the boundary starts with it
     stdin_path / stdin_bytes() -> the tool's stdin: a file (the prompt), or
@@ -85,6 +88,11 @@ class Adapter(ABC):
         class's credentials. A tool adds its own documented variables."""
         pc = self.instruction.permission_class
         return pc.credentials if pc is not None else ()
+
+    def env_set(self) -> dict[str, str]:
+        """Variables this run gets from saphan itself (by name and value),
+        whatever saphan's environment holds."""
+        return {}
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
         """The built environment (``environment.build(...).env``), adjusted.

@@ -26,6 +26,7 @@ from saphan.tools.instruction import Instruction, Resume
 if TYPE_CHECKING:
     from saphan.context import Context
     from saphan.lanes import Lane
+    from saphan.store.rows import Slot
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,10 @@ class Request:
 
 def prepare(
     ctx: Context, tool: str, request: Request, *, workdir: str, run_id: str,
-    confinement: str, run_dir: Path,
+    confinement: str, run_dir: Path, slot: Slot | None = None,
 ) -> Adapter:
+    """The run's adapter. What ``request`` leaves unsaid comes from the
+    slot's run defaults (fleet/slots.py), then the tool's own defaults."""
     if (request.prompt is None) == (request.prompt_file is None):
         raise UserError("an agent slot needs the task: give exactly one of --prompt TEXT or "
                         "--prompt-file FILE")
@@ -62,6 +65,11 @@ def prepare(
         raise UserError("the prompt is empty; give the task with --prompt or --prompt-file")
     if request.model is not None and (not request.model or request.model.startswith("-")):
         raise UserError(f"--model {request.model!r} is not a model name")
+    if request.max_turns is not None and tool == "codex":
+        raise UserError("--max-turns: Codex CLI has no turn budget; give --max-seconds S")
+    model = request.model or (slot.model if slot is not None else None)
+    max_turns = request.max_turns or (slot.max_turns if slot is not None else None)
+    max_seconds = request.max_seconds or (slot.max_seconds if slot is not None else None)
     pc = permission_class.load(request.permission_class) if request.permission_class else None
     wd = os.path.realpath(workdir)
     if pc is not None and pc.write_scope and not pc.scope_covers(wd):
@@ -89,16 +97,17 @@ def prepare(
     run_dir.mkdir(parents=True, exist_ok=True)
     prompt_path = run_dir / "prompt.txt"
     prompt_path.write_text(prompt, encoding="utf-8")
-    instruction = Instruction(prompt_path=str(prompt_path), workdir=wd, model=request.model,
+    instruction = Instruction(prompt_path=str(prompt_path), workdir=wd, model=model,
                               permission_class=pc, resume=resume)
     from saphan.tools.adapter import DEFAULT_AGENT_MAX_SECONDS
 
-    limit = request.max_seconds or DEFAULT_AGENT_MAX_SECONDS
+    limit = max_seconds or DEFAULT_AGENT_MAX_SECONDS
+    endpoint = slot.endpoint if slot is not None else None
     if tool == "claude":
         return ClaudeAdapter(binary, instruction, confinement, run_id, max_seconds=limit)
     if tool == "codex":
         return CodexAdapter(binary, instruction, confinement, run_id,
-                            provider=_codex_provider(ctx), max_seconds=limit)
+                            provider=_codex_provider(ctx, endpoint), max_seconds=limit)
     if tool == "loop":
         from saphan.loop.adapter import DEFAULT_MAX_SECONDS, DEFAULT_MAX_TURNS, LoopAdapter
 
@@ -108,8 +117,8 @@ def prepare(
             scrub_values=tuple(keys.values()),
             hidden=hidden, scrub_env=scrub, spec_path=str(run_dir / "loop-spec.json"),
             out_dir=str(run_dir / "out"),
-            max_turns=request.max_turns or DEFAULT_MAX_TURNS,
-            max_seconds=request.max_seconds or DEFAULT_MAX_SECONDS,
+            max_turns=max_turns or DEFAULT_MAX_TURNS,
+            max_seconds=max_seconds or DEFAULT_MAX_SECONDS,
         )
     raise UserError(f"tool {tool!r} has no adapter in this build")
 
@@ -159,8 +168,11 @@ def _resume(ctx: Context, tool: str, run_ref: str, workdir: str) -> Resume:
     return Resume(run_id=str(previous["id"]), session_id=str(session))
 
 
-def _codex_provider(ctx: Context) -> Provider | None:
+def _codex_provider(ctx: Context, endpoint: str | None) -> Provider | None:
+    """The provider Codex is pinned to: the slot's endpoint, else the
+    workspace's ``[codex]`` table, else None (Codex's built-in ``openai``)."""
     cfg = ctx.config
-    if cfg.codex_base_url is None:
+    base_url = endpoint or cfg.codex_base_url
+    if base_url is None:
         return None
-    return Provider(base_url=cfg.codex_base_url, env_key=cfg.codex_env_key or "OPENAI_API_KEY")
+    return Provider(base_url=base_url, env_key=cfg.codex_env_key or "OPENAI_API_KEY")
