@@ -12,7 +12,7 @@ import pytest
 
 from conftest import PgServer
 from saphan.errors import StoreError
-from saphan.store.postgres import PostgresConnector, _redact
+from saphan.store.postgres import PostgresConnector, redact_url
 
 _n = [0]
 
@@ -44,7 +44,7 @@ def db(url: str) -> Iterator[PostgresConnector]:
     ("postgres://db/saphan", "postgres://db/saphan"),
 ])
 def test_a_password_in_the_url_is_never_shown(given: str, shown: str) -> None:
-    assert _redact(given) == shown
+    assert redact_url(given) == shown
 
 
 def test_a_password_given_as_a_url_parameter_is_never_shown() -> None:

@@ -79,7 +79,7 @@ class _Bwrap:
     sha256: str
 
 
-def _usable_bwrap() -> _Bwrap:
+def usable_bwrap() -> _Bwrap:
     """bubblewrap on PATH that can create a sandbox here, or the refusal."""
     from saphan import _native
     from saphan.confine import trusted
@@ -130,7 +130,7 @@ class _Reaper:
     sha256: str
 
 
-def _reaper() -> _Reaper:
+def usable_reaper() -> _Reaper:
     """saphan-launcher as the jail's first process (``reap``), after its
     custody is measured here, outside the jail's user namespace — inside it a
     root-owned file shows as the overflow uid and the launcher cannot tell
@@ -199,15 +199,15 @@ def reaper_prefix() -> tuple[list[str], dict[str, Any]]:
     """``saphan-launcher reap`` as a command's supervisor (no confinement of
     its own): it kills and counts what the command leaves behind. For a tool
     that confines itself (Codex), so its helpers never outlive the run."""
-    reaper = _reaper()
+    reaper = usable_reaper()
     return ([reaper.path, "reap", "--expect-sha256", reaper.sha256, "--status-fd",
              str(STATUS_FD), "--"],
             {"reaper": {"executable": reaper.path, "sha256": reaper.sha256}})
 
 
 def _bubblewrap(policy: Policy) -> Boundary:
-    b = _usable_bwrap()
-    reaper = _reaper()
+    b = usable_bwrap()
+    reaper = usable_reaper()
     fds = grant_fds(policy.writable_dirs)
     return Boundary(
         mechanism="bubblewrap",
@@ -244,7 +244,7 @@ def compose_landlock_local(
     extra: dict[str, Any] = {"abi": level, "policy_json": policy_json}
     # The outer bubblewrap is always there: it hides the workspaces, keeps the
     # carve-outs and read denials, and gives the jail its own PID namespace.
-    b = _usable_bwrap()
+    b = usable_bwrap()
     fds = grant_fds(tuple(d for d in policy.writable_dirs
                           if any(d == h or d.startswith(h.rstrip("/") + "/")
                                  for h in policy.hidden_dirs)))

@@ -14,8 +14,10 @@ from saphan.store.base import Store
 __all__ = ["Store", "StoreError", "open_store"]
 
 
-def open_store(url: str, sqlite_default: Path) -> Store:
-    """Open (and migrate on first use) the store named by ``url``."""
+def open_store(url: str, sqlite_default: Path, *, migrate: bool = True) -> Store:
+    """Open (and migrate on first use) the store named by ``url``; with
+    ``migrate=False`` it is only opened (``saphan doctor`` measures the
+    schema as it finds it)."""
     if url == "sqlite" or url.startswith("sqlite:///"):
         from saphan.store.sqlite import SQLiteConnector
 
@@ -25,5 +27,6 @@ def open_store(url: str, sqlite_default: Path) -> Store:
         from saphan.store.postgres import PostgresConnector
 
         store = Store(PostgresConnector(url))
-    store.migrate()
+    if migrate:
+        store.migrate()
     return store

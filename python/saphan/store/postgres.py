@@ -13,7 +13,7 @@ from saphan.store.connector import Row
 _PLACEHOLDER = re.compile(r"\?")
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """The URL with every password hidden: in the userinfo and in the query."""
     url = re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
     return re.sub(r"([?&]password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
@@ -26,7 +26,7 @@ class PostgresConnector:
         import psycopg
 
         self._psycopg = psycopg
-        self.description = _redact(url)
+        self.description = redact_url(url)
         try:
             # autocommit: every reservation attempt is its own READ COMMITTED
             # statement, so a losing insert affects zero rows instead of raising
