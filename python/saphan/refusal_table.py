@@ -53,4 +53,7 @@ CLASSES: dict[str, str] = {
     "host-key-mismatch": (
         "an SSH machine presented another host key than the one pinned at `machine add`"
     ),
+    "network-posture-unenforceable": (
+        "a permission class says `network: off` and nothing on the run's path enforces it"
+    ),
 }

@@ -200,3 +200,10 @@ def host_key_mismatch(message: str, remediation: str) -> Refusal:
     `machine add`.
     """
     return Refusal("host-key-mismatch", message, remediation)
+
+
+def network_posture_unenforceable(message: str, remediation: str) -> Refusal:
+    """``network-posture-unenforceable``: a permission class says `network: off` and nothing on
+    the run's path enforces it.
+    """
+    return Refusal("network-posture-unenforceable", message, remediation)

@@ -54,7 +54,7 @@ def test_claude_end_to_end_under_bubblewrap(saphan_sqlite: Saphan, claude_bin: s
     outside = tmp_path / "outside.txt"
     outside.write_text("original\n")
     pc = tmp_path / "class.json"
-    pc.write_text(json.dumps({"schema": 2, "allowed_commands": ["sh"],
+    pc.write_text(json.dumps({"schema": 2, "allowed_commands": ["sh"], "network": "open",
                               "write_scope": [str(tmp_path)]}))
     script = [
         ("write", str(wd / "hello.txt"), "hi from claude\n"),
@@ -101,7 +101,8 @@ def test_claude_commits_in_a_repo_worktree(saphan_sqlite: Saphan, claude_bin: st
     home.mkdir()
     s = saphan_sqlite
     pc = tmp_path / "class.json"
-    pc.write_text(json.dumps({"schema": 2, "allowed_commands": ["git", "sh"]}))
+    pc.write_text(json.dumps({"schema": 2, "allowed_commands": ["git", "sh"],
+                              "network": "open"}))
     script = [
         ("shell", "sh -c 'echo inside > inside.txt && echo WROTE'"),
         ("shell", "git add inside.txt && git -c user.email=t@e -c user.name=t commit -q "

@@ -137,6 +137,9 @@ def _tail(policy: Policy) -> list[str]:
         # signal one outside, and none outlives the run (the namespace ends
         # when its first process does; saphan-launcher reaps and counts).
         "--unshare-pid",
+        # `network: off` (confine/network.py): a network namespace of its
+        # own, only a loopback device that is down.
+        *(("--unshare-net",) if policy.network == "off" else ()),
         "--proc", "/proc",
         "--die-with-parent",
         "--new-session",

@@ -109,8 +109,12 @@ def derive(
     hidden_dirs: tuple[str, ...] = (),
     readonly_paths: tuple[str, ...] = (),
     worktree: LinkedWorktree | None = None,
+    network: str = "open",
 ) -> Policy:
     """The Policy for a run in ``workdir`` (which must exist).
+
+    ``network`` is the posture confine/network.py decided the run's path
+    enforces: ``off`` (the renderers cut it) or ``open`` (no claim).
 
     ``worktree`` is the verified linked worktree of a ``--repo`` run; any
     other run gets no git grant. ``readonly_paths`` are protected entries to
@@ -176,6 +180,7 @@ def derive(
         scratch_dir=os.path.join(wd, SCRATCH),
         setenv=tuple(setenv),
         notes=tuple(notes),
+        network=network,
     )
 
 

@@ -30,7 +30,8 @@ class Policy:
     hidden_dirs: tuple[str, ...] = ()
     #: files/dirs unreadable inside the jail; applied LAST by every renderer
     read_denials: tuple[str, ...] = ()
-    #: "open": network egress is not restricted (no run declares egress yet)
+    #: "open": network egress is not restricted; "off": the renderers cut it
+    #: (decided by confine/network.py: only where the run's path can)
     network: str = "open"
     #: TMPDIR for the tool, inside the working directory
     scratch_dir: str = ""

@@ -15,6 +15,10 @@ def _q(path: str) -> str:
 
 
 def render(policy: Policy) -> str:
+    if policy.network == "off":
+        # confine/network.py refuses `network: off` here; a renderer never
+        # drops what it cannot express.
+        raise ValueError("a Seatbelt profile here renders no network cut")
     lines = [
         "(version 1)",
         "(allow default)",

@@ -122,10 +122,11 @@ def run(
                 f"--repo makes a worktree on this machine; for SSH machine {m.name!r} give "
                 "--workdir /absolute/path/on/that/machine"
             )
+        posture = None
         if request is not None and request.permission_class is not None:
-            requests.command_class(request.permission_class, command[0])
+            posture = requests.command_class(request.permission_class, command[0]).network
         site = SshSite(ctx, s, m, command, workdir=SshSite.far_workdir(m, workdir),
-                       stream=stream)
+                       stream=stream, network=posture)
     else:
         from saphan.site.local import LocalSite
 

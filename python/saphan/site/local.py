@@ -16,6 +16,7 @@ recovers it (capacity.py).
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import sys
 from contextlib import suppress
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from saphan import refusals
-from saphan.confine import environment, nofollow, protected
+from saphan.confine import environment, network, nofollow, protected
 from saphan.confine.compose import Boundary, compose_landlock_local, compose_local
 from saphan.confine.grants import (
     LinkedWorktree,
@@ -50,23 +51,32 @@ if TYPE_CHECKING:
     from saphan.transport.local import Finished
     from saphan.worktrees import RepoSpec
 
-#: What each mechanism does not restrict, written into every record it enforces.
+#: What each mechanism does not restrict, written into every record it enforces
+#: (:func:`not_restricted`: network egress joins the list unless it was cut).
 NOT_RESTRICTED = {
-    "bubblewrap": (
-        "not restricted by this boundary: reads (anything this user can read, except the "
-        "read denials listed) and network egress (no egress policy declared)"
-    ),
-    "seatbelt": (
-        "not restricted by this boundary: reads (except the read denials listed) and network "
-        "egress (no egress policy declared)"
-    ),
+    "bubblewrap": ("reads (anything this user can read, except the read denials listed)",),
+    "seatbelt": ("reads (except the read denials listed)",),
     "landlock": (
-        "not restricted by this boundary: reads (Landlock grants reading everywhere; the "
-        "read denials listed are kept by the outer bubblewrap), network egress (no egress "
-        "policy declared), and metadata changes (chmod, chown, timestamps, xattrs) outside "
-        "the writable set, which Landlock does not cover at any level"
+        "reads (Landlock grants reading everywhere; the read denials listed are kept by the "
+        "outer bubblewrap)",
+        "metadata changes (chmod, chown, timestamps, xattrs) outside the writable set, which "
+        "Landlock does not cover at any level",
     ),
 }
+NETWORK_NOT_RESTRICTED = "network egress (no egress policy declared)"
+
+
+def not_restricted(mechanism: str, network: str) -> str | None:
+    """The record's note on what ``mechanism`` leaves open (None: not one of
+    the engine's own; a vendor boundary says its own)."""
+    parts = list(NOT_RESTRICTED.get(mechanism, ()))
+    if not parts:
+        return None
+    if network != "off":
+        parts.insert(1, NETWORK_NOT_RESTRICTED)
+    listed = (" and ".join(parts) if len(parts) <= 2
+              else ", ".join(parts[:-1]) + ", and " + parts[-1])
+    return "not restricted by this boundary: " + listed
 
 
 class LocalSite:
@@ -97,6 +107,9 @@ class LocalSite:
         self.argv: list[str] = []
         self.env: dict[str, str] = {}
         self.secret: bytes | None = None
+        #: the class's network posture as this path enforces it (confine/network.py)
+        self.network = "open"
+        self.network_lever: str | None = None
         self.run_dir = Path()
         self.out_dir = Path()
 
@@ -128,6 +141,18 @@ class LocalSite:
             base["agent"] = {"path": command.binary.path, "sha256": command.binary.sha256}
             base["argv"] = list(command.command)
         self.adapter = adapter
+        pc = adapter.instruction.permission_class
+        self.network, self.network_lever = network.posture(
+            pc.network if pc is not None else None, tool=adapter.tool,
+            mechanism=self._mechanism(adapter))
+
+    def _mechanism(self, adapter: Adapter) -> str:
+        """What will confine the run (before the seat: nothing is composed yet)."""
+        if adapter.tool == "codex" or (adapter.tool == "claude" and self.mode == "vendor"):
+            return f"vendor:{adapter.tool}"
+        if self.boundary_choice == "landlock":
+            return "landlock"
+        return {"Linux": "bubblewrap", "Darwin": "seatbelt"}.get(platform.system(), "none")
 
     def liveness(self) -> RemoteCheck | None:
         return None  # a holder here is read from this host's /proc
@@ -182,6 +207,7 @@ class LocalSite:
             readonly_paths=(*protected.carve_outs(wd, allowed, self.extra_protected),
                             *adapter.exposed_paths()),
             worktree=linked,
+            network=self.network,
         )
         _check_hidden_pinned(policy)
         if exclude_note is not None:
@@ -208,8 +234,10 @@ class LocalSite:
                 "enforced_by": boundary.record(),
                 "policy": policy.as_record(),
                 "writable": policy.writable_set(),
-                "notes": [*policy.notes, NOT_RESTRICTED.get(boundary.mechanism)
+                "notes": [*policy.notes, not_restricted(boundary.mechanism, policy.network)
                           or boundary.extra["not_restricted"]],
+                "network": ("not restricted" if policy.network != "off"
+                            else f"off: {self.network_lever}"),
                 "return_path": str(out_dir),
                 "boundary_argv": boundary.prefix,
             }

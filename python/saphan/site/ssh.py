@@ -84,9 +84,11 @@ class SshSite:
     kind = "ssh"
 
     def __init__(self, ctx: Context, slot: Slot, machine: Machine, command: list[str], *,
-                 workdir: str, stream: bool = True) -> None:
+                 workdir: str, stream: bool = True, network: str | None = None) -> None:
         self.ctx, self.slot, self.machine, self.command = ctx, slot, machine, command
         self.workdir, self.stream = workdir, stream
+        #: the permission class's network posture (None: no class)
+        self.network = network
         self.far: _Far | None = None
         self.policy_json = ""
         self.seen: dict[str, Any] = {}
@@ -108,9 +110,11 @@ class SshSite:
     # -- before the seat -----------------------------------------------------------
     def inspect(self, base: dict[str, Any]) -> None:
         """The gate on the machine's row, then the one preflight dial."""
+        from saphan.confine import network
         from saphan.site import far as far_side
 
         base["transport"] = {"kind": "ssh", "address": self.machine.address()}
+        network.posture(self.network, tool=self.slot.tool, mechanism="ssh")
         self.root = far_side.install_dir(self.ctx.record_key())
         self.far = _inspect(self.ctx, self.slot, self.machine, base, self.command,
                             self.workdir)

@@ -38,11 +38,12 @@ pub enum RefusalClass {
     WorkdirMissing,
     WorkdirUnsafe,
     HostKeyMismatch,
+    NetworkPostureUnenforceable,
 }
 
 impl RefusalClass {
     /// Every class, in the table's order.
-    pub const ALL: [RefusalClass; 24] = [
+    pub const ALL: [RefusalClass; 25] = [
         RefusalClass::ConfinementUnavailable,
         RefusalClass::ConfinementSettingInvalid,
         RefusalClass::LandlockUnprobed,
@@ -67,6 +68,7 @@ impl RefusalClass {
         RefusalClass::WorkdirMissing,
         RefusalClass::WorkdirUnsafe,
         RefusalClass::HostKeyMismatch,
+        RefusalClass::NetworkPostureUnenforceable,
     ];
 
     /// The class's name, exactly as printed in `refused [CLASS]`.
@@ -96,6 +98,7 @@ impl RefusalClass {
             RefusalClass::WorkdirMissing => "workdir-missing",
             RefusalClass::WorkdirUnsafe => "workdir-unsafe",
             RefusalClass::HostKeyMismatch => "host-key-mismatch",
+            RefusalClass::NetworkPostureUnenforceable => "network-posture-unenforceable",
         }
     }
 
@@ -161,7 +164,7 @@ mod tests {
             assert_eq!(*c as usize, i, "{c:?}");
         }
         assert_eq!(
-            RefusalClass::HostKeyMismatch as usize + 1,
+            RefusalClass::NetworkPostureUnenforceable as usize + 1,
             RefusalClass::ALL.len()
         );
     }

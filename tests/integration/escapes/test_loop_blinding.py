@@ -246,7 +246,7 @@ def test_permission_class_allows_commands_by_exact_name(
     wd = tmp_path / "wd"
     wd.mkdir()
     pc = tmp_path / "class.json"
-    pc.write_text(json.dumps({"schema": 2, "allowed_commands": ["ls", "chmod"]}))
+    pc.write_text(json.dumps({"schema": 2, "allowed_commands": ["ls", "chmod"], "network": "open"}))
     script: list[Any] = [
         ("calls", [("run_command", {"argv": ["ls", "."]}),
                    ("run_command", {"argv": ["cat", "x"]}),
