@@ -796,6 +796,11 @@ def _show_record(record: RunRecord) -> None:
                    f"{loop.get('tool_calls')} tool call(s), {tokens.get('total', 0)} tokens, "
                    f"{loop.get('redactions')} redaction(s): {loop.get('detail')}")
         echo(f"transcript:  {loop.get('transcript')}")
+    if isinstance(d.get("usage"), dict):
+        from saphan.tools.usage import summary
+
+        echo(f"model:       {d.get('model')}  (pinned)" if d.get("model") else "model:       -")
+        echo(f"usage:       {summary(d['usage'])}")
     for path in d.get("writable") or []:
         echo(f"writable:    {path}")
     for path in (d.get("policy") or {}).get("read_denials", []):

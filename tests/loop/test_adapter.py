@@ -178,9 +178,18 @@ def test_reading_the_loops_result(tmp_path: Path) -> None:
         assert a.after_run("/dev/null") == missing, bad
     result.write_text(json.dumps({"end": "turn-budget-exhausted", "turns": 3}))
     facts = a.after_run("/dev/null")
-    assert facts == {"loop": {"end": "turn-budget-exhausted", "turns": 3,
-                              "transcript": transcript}}
+    assert facts["loop"] == {"end": "turn-budget-exhausted", "turns": 3,
+                             "transcript": transcript}
+    assert facts["usage"]["models"] == [] and facts["usage"]["tokens"]["input"] is None
     assert a.outcome(facts) == "turn-budget-exhausted"
+    # usage, as the endpoint reported it; what is not a count or a name is dropped
+    result.write_text(json.dumps({"end": "finished", "models": ["m-1", "bad name", 7],
+                                  "tokens": {"prompt": 120, "completion": -5, "total": 115}}))
+    got = a.after_run("/dev/null")["usage"]
+    assert got == {"models": ["m-1"], "tokens": {"input": 120, "output": None, "cache_read": None,
+                                                 "cache_creation": None},
+                   "cost_usd": None, "reported_by": got["reported_by"]}
+    assert "loop's result file" in got["reported_by"]
     result.write_text(json.dumps({"end": "finished"}))
     assert a.outcome(a.after_run("/dev/null")) is None  # the run's own exit says it
 
@@ -236,6 +245,12 @@ def test_loop_gets_the_tools_jail_plus_the_blinding(saphan_sqlite: Saphan,
     cmd = json.loads(s.ok("run", "--machine", "here", "--slot", "cmd", "--workdir", str(wd),
                           "--json", "--", "/bin/true").out)
     assert loop["outcome"] == "exited" and loop["model"] == "m-b"
+    # the scripted endpoint answered as m-b with 100 prompt / 20 completion tokens
+    assert loop["usage"]["models"] == ["m-b"]
+    assert (loop["usage"]["tokens"]["input"], loop["usage"]["tokens"]["output"]) == (100, 20)
+    shown = s.ok("runs", "show", loop["id"]).out
+    assert ("usage:       models m-b; tokens in 100 (cache read -, cache write -) out 20; "
+            "cost not reported (as reported by the loop's result file") in shown
     for field in ("mechanism", "version", "executable", "executable_sha256"):
         assert loop["enforced_by"][field] == cmd["enforced_by"][field]
     lp, cp = _without_run(loop["policy"], loop["id"]), _without_run(cmd["policy"], cmd["id"])

@@ -179,7 +179,17 @@ class LoopAdapter(Adapter):
             return {"loop": {"end": None, "transcript": transcript,
                              "detail": "the loop wrote no result (it did not finish its "
                                        "bookkeeping; see stderr.log)"}}
-        return {"loop": {**result, "transcript": transcript}}
+        from saphan.tools import usage
+
+        got_tokens, got_models = result.get("tokens"), result.get("models")
+        tokens: dict[str, Any] = got_tokens if isinstance(got_tokens, dict) else {}
+        models: list[Any] = got_models if isinstance(got_models, list) else []
+        return {"loop": {**result, "transcript": transcript},
+                "usage": usage.record(
+                    models=models,
+                    tokens={"input": tokens.get("prompt"), "output": tokens.get("completion")},
+                    cost_usd=None, reported_by="loop's result file (the endpoint's usage "
+                                               "and model fields)")}
 
     def time_limit(self) -> float | None:
         # The loop keeps its own budget; this is the engine's backstop.

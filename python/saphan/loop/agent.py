@@ -151,6 +151,8 @@ def run(spec: dict[str, Any], secret: str) -> dict[str, Any]:
     transcript.write({"kind": "task", "model": spec["model"], "lane": spec["lane"],
                       "prompt": spec["prompt"]})
     tokens = {"prompt": 0, "completion": 0, "total": 0}
+    #: the model names the endpoint's answers carried (what actually answered)
+    models: set[str] = set()
     turns = calls = malformed = 0
     end, detail, summary = "turn-budget-exhausted", f"{spec['max_turns']} turns used", None
     try:
@@ -167,6 +169,8 @@ def run(spec: dict[str, Any], secret: str) -> dict[str, Any]:
                         f"{spec['max_seconds']} s used, the last of it on the model: {e.detail}")
                 break
             turns += 1
+            if isinstance(answer.get("model"), str):
+                models.add(answer["model"][:200])
             got_usage = answer.get("usage")
             usage: dict[str, Any] = got_usage if isinstance(got_usage, dict) else {}
             for k, src in (("prompt", "prompt_tokens"), ("completion", "completion_tokens"),
@@ -217,7 +221,7 @@ def run(spec: dict[str, Any], secret: str) -> dict[str, Any]:
         result = {"end": end, "detail": redact(detail), "summary":
                   redact(summary) if isinstance(summary, str) else None,
                   "turns": turns, "tool_calls": calls, "tokens": tokens,
-                  "http_attempts": client.attempts, "redactions": redact.count,
+                  "models": sorted(models), "http_attempts": client.attempts, "redactions": redact.count,
                   "seconds": round(time.monotonic() - start, 3)}
         transcript.write({"kind": "end", **result})
         transcript.f.close()
