@@ -20,7 +20,9 @@ import pytest
 from conftest import Result, Saphan
 
 VERBS = {
-    "": ["db", "init", "lane", "launcher", "machine", "policy", "run", "runs", "slot"],
+    "": ["config", "db", "doctor", "init", "lane", "launcher", "machine", "policy", "run",
+         "runs", "slot"],
+    "config": ["check", "show"],
     "machine": ["add", "deliver", "list", "probe-confinement", "remove", "show"],
     "slot": ["add", "list", "set", "show"],
     "runs": ["finalize", "list", "show"],
@@ -330,3 +332,100 @@ def test_run_reports_on_stderr_and_json_on_stdout(saphan_sqlite: Saphan, tmp_pat
     assert f"tool:        command  argv: {argv}" in shown
     assert shown[-1].startswith("signature:   valid ")
     assert s.ok("runs", "show", "last", "--json").json()["id"] == record["id"]
+
+
+# -- config show | check ------------------------------------------------------------------------
+
+def test_config_show_masks_a_postgresql_password(saphan_sqlite: Saphan) -> None:
+    s = saphan_sqlite
+    cfg = s.home / "config.toml"
+    cfg.write_text('[database]\nurl = "postgresql://ops:hunter2@db.example:5432/fleet"\n'
+                   "[ssh]\nconnect_timeout = 3\n")
+    shown = _canonical(s.ok("config", "show", "--json"))
+    assert "hunter2" not in json.dumps(shown)
+    assert shown["store"] == "postgresql://ops:***@db.example:5432/fleet"
+    assert (shown["workspace"], shown["config_file"], shown["record_key"]) == (
+        str(s.home), str(cfg), str(s.home / "record.key"))
+    settings = {row["key"]: (row["value"], row["source"]) for row in shown["settings"]}
+    assert all(set(row) == {"key", "value", "source"} for row in shown["settings"])
+    assert settings == {
+        "run.confinement": ("engine", "default"),
+        "database.url": ("postgresql://ops:***@db.example:5432/fleet", "file"),
+        "ssh.connect_timeout": (3, "file"),
+        "ssh.command_timeout": (120, "default"),
+        "codex.base_url": (None, "default"),
+        "codex.env_key": (None, "default"),
+    }
+    text = s.ok("config", "show").out
+    assert "hunter2" not in text
+    lines = text.splitlines()
+    assert lines[:4] == [f"workspace {s.home}", f"config_file {cfg}",
+                         f"record_key {s.home / 'record.key'}",
+                         "store postgresql://ops:***@db.example:5432/fleet"]
+    assert 'database.url "postgresql://ops:***@db.example:5432/fleet" (file)' in lines
+    assert "codex.base_url - (default)" in lines and "None" not in text
+    # The default workspace: the SQLite file it opens.
+    cfg.write_text('[database]\nurl = "sqlite"\n')
+    assert _canonical(s.ok("config", "show", "--json"))["store"] == \
+        f"sqlite:///{s.home / 'saphan.db'}"
+
+
+@pytest.mark.parametrize(("text", "needle", "fix"), [
+    ('[run]\nconfinment = "engine"\n', "unknown key run.confinment",
+     "fix: rename or remove confinment under [run]"),
+    ('[run]\nconfinement = "engnie"\n', "run.confinement is 'engnie'",
+     'set confinement = "engine" under [run]'),
+    ("[ssh]\ncommand_timeout = true\n", "ssh.command_timeout must be a TOML integer",
+     "fix: write command_timeout = <integer> under [ssh]"),
+    ('[database]\nurl = "mysql://x"\n', "database.url 'mysql://x' is neither",
+     'fix: set url = "sqlite"'),
+])
+def test_config_check_exits_2_naming_the_key_and_the_fix(saphan_sqlite: Saphan, text: str,
+                                                          needle: str, fix: str) -> None:
+    cfg = saphan_sqlite.home / "config.toml"
+    assert saphan_sqlite.ok("config", "check").out == (
+        f"{cfg}: valid (confinement engine; 2 setting(s) from the file, the rest defaults)\n")
+    cfg.write_text(text)
+    r = saphan_sqlite("config", "check")
+    assert r.code == 2 and r.out == "", r.err
+    assert len(r.err.splitlines()) == 1 and r.err.startswith("error: "), r.err
+    assert needle in r.err and fix in r.err and str(cfg) in r.err, r.err
+
+
+def test_config_verbs_without_a_workspace_name_init(home: Path) -> None:
+    for verb in ("show", "check"):
+        r = Saphan(home)("config", verb)
+        assert r.code == 2 and "saphan init" in r.err, r.err
+    assert not home.exists()
+
+
+# -- shell completion (click's, through the installed entry point) --------------------------------
+
+def _complete(home: Path, shell: str, words: str) -> list[str]:
+    import subprocess
+
+    from conftest import saphan_exe
+
+    env = Saphan(home).env(_SAPHAN_COMPLETE=f"{shell}_complete", COMP_WORDS=words,
+                           COMP_CWORD=str(len(words.split()) - (0 if words.endswith(" ") else 1)))
+    p = subprocess.run([saphan_exe()], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.splitlines()
+
+
+def test_shell_completion_through_the_installed_entry_point(home: Path) -> None:
+    import subprocess
+
+    from conftest import saphan_exe
+
+    for shell, marker in (("bash", "complete -o nosort -F _saphan_completion saphan"),
+                          ("zsh", "compdef _saphan_completion saphan"),
+                          ("fish", "complete --no-files --command saphan")):
+        p = subprocess.run([saphan_exe()], env=Saphan(home).env(
+            _SAPHAN_COMPLETE=f"{shell}_source"), capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and marker in p.stdout, (shell, p.stdout, p.stderr)
+    assert _complete(home, "bash", "saphan doc") == ["plain,doctor"]
+    assert _complete(home, "bash", "saphan config ") == ["plain,check", "plain,show"]
+    assert _complete(home, "bash", "saphan runs ") == [
+        f"plain,{v}" for v in VERBS["runs"]]
+    assert not home.exists()  # completing touches no workspace

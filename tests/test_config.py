@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from saphan.config import CONFINEMENT_MODES, DEFAULT_TEXT, SCHEMA, Config, confinement_mode, load
+from saphan.config import (
+    CONFINEMENT_MODES,
+    DEFAULT_TEXT,
+    SCHEMA,
+    Config,
+    check,
+    confinement_mode,
+    effective,
+    load,
+)
 from saphan.errors import UserError
 from saphan.refusals import Refusal
 
@@ -61,7 +70,12 @@ env_key = "LOCAL_KEY"
     ("[run]\nconfinment = \"engine\"\n", "unknown key run.confinment; known keys in [run]: "
                                          "confinement"),
     ("run = 3\n", "`run` must be a table"),
-    ("[ssh]\nconnect_timeout = \"10\"\n", "ssh.connect_timeout must be a int, got str"),
+    ("[ssh]\nconnect_timeout = \"10\"\n",
+     'ssh.connect_timeout must be a TOML integer, got "10" (a TOML string); fix: write '
+     "connect_timeout = <integer> under [ssh]"),
+    ("[ssh]\ncommand_timeout = true\n",
+     "ssh.command_timeout must be a TOML integer, got true (a TOML boolean)"),
+    ("[codex]\nenv_key = 5\n", "codex.env_key must be a TOML string, got 5 (a TOML integer)"),
     ("[database]\nurl = \"mysql://x\"\n", "database.url 'mysql://x' is neither"),
     ("[database]\nurl = \"sqlite:relative.db\"\n", "is neither \"sqlite\""),
     ("[ssh]\nconnect_timeout = 0\n", "ssh.connect_timeout is 0; give a number of seconds >= 1"),
@@ -129,3 +143,43 @@ def test_a_confinement_that_is_not_a_string_refuses_at_the_run(tmp_path: Path, v
 def test_each_accepted_mode_passes(tmp_path: Path, mode: str) -> None:
     assert confinement_mode(load(_write(tmp_path, f'[run]\nconfinement = "{mode}"\n'))) == mode
     assert set(CONFINEMENT_MODES) == {"engine", "vendor"}
+
+
+def test_given_names_what_the_file_sets(tmp_path: Path) -> None:
+    assert load(_write(tmp_path, DEFAULT_TEXT)).given == {"run.confinement", "database.url"}
+    assert load(_write(tmp_path, "[ssh]\ncommand_timeout = 5\n")).given == {
+        "ssh.command_timeout"}
+    assert load(_write(tmp_path, "")).given == frozenset()
+
+
+def test_check_turns_the_confinement_refusal_into_a_bad_input(tmp_path: Path) -> None:
+    assert check(load(_write(tmp_path, DEFAULT_TEXT))) == "engine"
+    path = _write(tmp_path, "[run]\nconfinement = 1\n")
+    with pytest.raises(UserError) as info:
+        check(load(path))
+    message = str(info.value)
+    assert message.startswith(f"run.confinement is 1 (a TOML integer, not a string) in {path}")
+    assert f'; fix: edit {path}: set confinement = "engine" under [run]' in message
+    assert "\n" not in message
+
+
+def test_effective_masks_passwords_and_names_each_source(tmp_path: Path) -> None:
+    path = _write(tmp_path, '[database]\nurl = "postgresql://u:pw@h/d?password=pw2"\n'
+                            '[codex]\nbase_url = "http://k:secret@127.0.0.1:9/v1"\n')
+    got = effective(load(path), workspace=tmp_path, key_path=tmp_path / "record.key",
+                    sqlite_path=tmp_path / "saphan.db")
+    assert ":pw@" not in str(got) and "pw2" not in str(got) and "secret" not in str(got)
+    assert got["store"] == "postgresql://u:***@h/d?password=***"
+    rows = {r["key"]: r for r in got["settings"]}
+    assert rows["database.url"] == {"key": "database.url", "source": "file",
+                                    "value": "postgresql://u:***@h/d?password=***"}
+    assert rows["codex.base_url"]["value"] == "http://k:***@127.0.0.1:9/v1"
+    assert rows["ssh.connect_timeout"] == {"key": "ssh.connect_timeout", "source": "default",
+                                           "value": 10}
+    # Every key of the schema is shown, once.
+    assert [r["key"] for r in got["settings"]] == [f"{s}.{k}" for s, keys in SCHEMA.items()
+                                                   for k in keys]
+    sqlite = effective(load(_write(tmp_path, '[database]\nurl = "sqlite:////var/x.db"\n')),
+                       workspace=tmp_path, key_path=tmp_path / "k",
+                       sqlite_path=tmp_path / "saphan.db")
+    assert sqlite["store"] == "sqlite:////var/x.db"

@@ -883,6 +883,80 @@ def launcher_path() -> None:
     click.echo(p)
 
 
+# -- diagnostics: doctor, config --------------------------------------------------
+
+@cli.command("doctor")
+@click.option("--json", "as_json", is_flag=True,
+              help="Machine-readable output: a list of {check, status, detail, fix}.")
+@click.pass_context
+def doctor_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Check that this control plane can confine and record runs.
+
+    One line per check, `PASS|WARN|FAIL CHECK: what was measured`, and under
+    anything short of PASS the fix: bubblewrap (the trial every run makes),
+    user namespaces, the Landlock ABI, the custody of saphan's files and of
+    saphan-launcher, config.toml, the record key, the store (reached, a write
+    rolled back, migrations), the agent CLIs against the pinned versions,
+    and each machine's signed rows (an SSH machine reached and its launcher's
+    probe run there, bounded). The store keeps nothing of it. Exit 0 when nothing FAILs,
+    1 otherwise.
+    """
+    from saphan import doctor
+
+    results = doctor.run(ctx.find_root().obj.get("home"))
+    if as_json:
+        _emit_json([r.as_dict() for r in results])
+    else:
+        for r in results:
+            click.echo(f"{r.status} {r.check}: {r.detail}")
+            if r.fix:
+                click.echo(f"  fix: {r.fix}")
+    if any(r.status == doctor.FAIL for r in results):
+        ctx.exit(EXIT_FAILED)
+
+
+@cli.group("config")
+def config_group() -> None:
+    """The workspace's config.toml."""
+
+
+@config_group.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def config_show(ctx: click.Context, as_json: bool) -> None:
+    """Show the effective configuration: where the workspace and its files
+    are, the store it opens, and every setting with its source (the file or
+    the default). Passwords in URLs are masked."""
+    from saphan.config import effective
+
+    engine = _engine(ctx)
+    ws = engine.workspace
+    value = effective(engine.config, workspace=ws.home, key_path=ws.key_path,
+                      sqlite_path=ws.sqlite_path)
+    if as_json:
+        _emit_json(value)
+        return
+    for k in ("workspace", "config_file", "record_key", "store"):
+        click.echo(f"{k} {value[k]}")
+    for row in value["settings"]:
+        shown = "-" if row["value"] is None else _emit_compact(row["value"])
+        click.echo(f"{row['key']} {shown} ({row['source']})")
+
+
+@config_group.command("check")
+@click.pass_context
+def config_check(ctx: click.Context) -> None:
+    """Validate config.toml: every section and key known, every value of its
+    type and range, run.confinement "engine" or "vendor". Exit 0 when it is
+    valid; 2 with one line naming the key and the fix when it is not."""
+    from saphan.config import check
+
+    conf = _engine(ctx).config
+    mode = check(conf)
+    click.echo(f"{conf.path}: valid (confinement {mode}; {len(conf.given)} setting(s) from "
+               "the file, the rest defaults)")
+
+
 def _fail(code: int, text: str) -> NoReturn:
     click.echo(text, err=True)
     sys.exit(code)

@@ -10,8 +10,9 @@ branch of that run, recorded like every refusal (see :func:`confinement_mode`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from saphan import refusals
 from saphan.errors import UserError
@@ -56,6 +57,8 @@ class Config:
     codex_base_url: str | None = None
     #: the variable holding that provider's API key
     codex_env_key: str | None = None
+    #: the ``section.key`` names the file sets (every other one is a default)
+    given: frozenset[str] = field(default=frozenset(), compare=False)
 
 
 def load(path: Path) -> Config:
@@ -66,25 +69,31 @@ def load(path: Path) -> Config:
     except FileNotFoundError:
         raise UserError(f"no config at {path}; run `saphan init` first") from None
     except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path} is not valid TOML ({e}); fix the file") from None
+        raise UserError(f"{path} is not valid TOML ({e}); fix the file at that line") from None
     for section, body in data.items():
         if section not in SCHEMA:
             raise UserError(
-                f"{path}: unknown section [{section}]; known sections: {', '.join(SCHEMA)}"
+                f"{path}: unknown section [{section}]; known sections: {', '.join(SCHEMA)}; "
+                f"fix: rename or remove [{section}]"
             )
         if not isinstance(body, dict):
-            raise UserError(f"{path}: `{section}` must be a table")
+            raise UserError(f"{path}: `{section}` must be a table; fix: write it as "
+                            f"[{section}] followed by its keys")
         for key, value in body.items():
             known = SCHEMA[section]
             if key not in known:
                 raise UserError(
                     f"{path}: unknown key {section}.{key}; known keys in [{section}]: "
-                    f"{', '.join(known)}"
+                    f"{', '.join(known)}; fix: rename or remove {key} under [{section}]"
                 )
-            if not isinstance(value, known[key]):
+            want = known[key]
+            # TOML's true/false are Python ints too: not a number of seconds.
+            if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+                name = _TOML_NAMES.get(want, want.__name__)
                 raise UserError(
-                    f"{path}: {section}.{key} must be a {known[key].__name__}, "
-                    f"got {type(value).__name__}"
+                    f"{path}: {section}.{key} must be a TOML {name}, got {_shown(value)} "
+                    f"(a TOML {_toml_type(value)}); fix: write {key} = <{name}> under "
+                    f"[{section}]"
                 )
     run = data.get("run", {})
     db = data.get("database", {})
@@ -92,19 +101,65 @@ def load(path: Path) -> Config:
     if not (url == "sqlite" or url.startswith(("sqlite:///", "postgresql://", "postgres://"))):
         raise UserError(
             f"{path}: database.url {url!r} is neither \"sqlite\", \"sqlite:///PATH\" "
-            "nor a postgresql:// URL"
+            "nor a postgresql:// URL; fix: set url = \"sqlite\" (or a postgresql://USER@HOST/DB "
+            "URL) under [database]"
         )
     ssh = data.get("ssh", {})
     for key in ("connect_timeout", "command_timeout"):
         if key in ssh and ssh[key] < 1:
-            raise UserError(f"{path}: ssh.{key} is {ssh[key]}; give a number of seconds >= 1")
+            raise UserError(f"{path}: ssh.{key} is {ssh[key]}; give a number of seconds >= 1; "
+                            f"fix: {key} = 10 under [ssh], or remove it for the default")
     return Config(
         path=path, confinement=run.get("confinement", "engine"), database_url=url,
         ssh_connect_timeout=ssh.get("connect_timeout", 10),
         ssh_command_timeout=ssh.get("command_timeout", 120),
         codex_base_url=data.get("codex", {}).get("base_url"),
         codex_env_key=data.get("codex", {}).get("env_key"),
+        given=frozenset(f"{s}.{k}" for s, body in data.items() for k in body),
     )
+
+
+def check(config: Config) -> str:
+    """``saphan config check``, after :func:`load` validated the rest: what
+    load leaves to each run's refusal (run.confinement), as a UserError
+    naming the key and the fix. Returns the confinement mode."""
+    try:
+        return confinement_mode(config)
+    except refusals.Refusal as r:
+        raise UserError(f"{r.message}; fix: {r.remediation}") from None
+
+
+def effective(config: Config, *, workspace: Path, key_path: Path,
+              sqlite_path: Path) -> dict[str, Any]:
+    """``saphan config show``: where the workspace and its files are, the
+    store it opens, and every setting as it takes effect (``source``:
+    "file" or "default"). Passwords in URLs are masked."""
+    from saphan.store import sqlite_file
+    from saphan.store.postgres import redact_url
+
+    url = config.database_url
+    file = sqlite_file(url, sqlite_path)
+    store = redact_url(url) if file is None else f"sqlite:///{file}"
+    values: dict[str, object] = {
+        "run.confinement": config.confinement,
+        "database.url": redact_url(url),
+        "ssh.connect_timeout": config.ssh_connect_timeout,
+        "ssh.command_timeout": config.ssh_command_timeout,
+        "codex.base_url": (redact_url(config.codex_base_url)
+                           if config.codex_base_url is not None else None),
+        "codex.env_key": config.codex_env_key,
+    }
+    return {
+        "workspace": str(workspace),
+        "config_file": str(config.path),
+        "record_key": str(key_path),
+        "store": store,
+        "settings": [
+            {"key": k, "value": v if v is None or isinstance(v, (str, int, float)) else _shown(v),
+             "source": "file" if k in config.given else "default"}
+            for k, v in values.items()
+        ],
+    }
 
 
 def confinement_mode(config: Config) -> str:
@@ -122,6 +177,9 @@ def confinement_mode(config: Config) -> str:
     return value
 
 
+_TOML_NAMES: dict[type, str] = {str: "string", int: "integer"}
+
+
 def _shown(value: object) -> str:
     """A value other than a string, one line, as TOML would write it (near enough)."""
     import datetime
@@ -134,7 +192,8 @@ def _shown(value: object) -> str:
 def _toml_type(value: object) -> str:
     import datetime
 
-    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "float"), (list, "array"),
+    for kind, name in ((str, "string"), (bool, "boolean"), (int, "integer"), (float, "float"),
+                       (list, "array"),
                        (dict, "table"), (datetime.datetime, "date-time"),
                        (datetime.date, "date"), (datetime.time, "time")):
         if isinstance(value, kind):

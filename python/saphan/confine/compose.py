@@ -80,7 +80,9 @@ class _Bwrap:
 
 
 def usable_bwrap() -> _Bwrap:
-    """bubblewrap on PATH that can create a sandbox here, or the refusal."""
+    """bubblewrap from the trusted directories that can create a sandbox
+    here, or the refusal. The trial runs ``true`` by its trusted path: by
+    name, a PATH without /usr/bin failed it as if namespaces were off."""
     from saphan import _native
     from saphan.confine import trusted
 
@@ -99,7 +101,7 @@ def usable_bwrap() -> _Bwrap:
         ).stdout.strip()
         trial = subprocess.run(
             [exe, "--ro-bind", "/", "/", "--unshare-user", "--unshare-pid", "--proc", "/proc",
-             "--cap-drop", "ALL", "--", "true"],
+             "--cap-drop", "ALL", "--", trusted.find("true") or "true"],
             capture_output=True, text=True, timeout=30, check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:

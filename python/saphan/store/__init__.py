@@ -11,17 +11,28 @@ from pathlib import Path
 from saphan.errors import StoreError
 from saphan.store.base import Store
 
-__all__ = ["Store", "StoreError", "open_store"]
+__all__ = ["Store", "StoreError", "open_store", "sqlite_file"]
+
+
+def sqlite_file(url: str, sqlite_default: Path) -> Path | None:
+    """The SQLite database file ``url`` names, or None for PostgreSQL:
+    "sqlite" is ``sqlite_default`` (the workspace's own), "sqlite:///PATH"
+    the absolute PATH."""
+    if url == "sqlite":
+        return sqlite_default
+    if url.startswith("sqlite:///"):
+        return Path("/" + url[len("sqlite:///"):].lstrip("/"))
+    return None
 
 
 def open_store(url: str, sqlite_default: Path, *, migrate: bool = True) -> Store:
     """Open (and migrate on first use) the store named by ``url``; with
     ``migrate=False`` it is only opened (``saphan doctor`` measures the
     schema as it finds it)."""
-    if url == "sqlite" or url.startswith("sqlite:///"):
+    path = sqlite_file(url, sqlite_default)
+    if path is not None:
         from saphan.store.sqlite import SQLiteConnector
 
-        path = sqlite_default if url == "sqlite" else Path(url[len("sqlite:///") - 1 :])
         store = Store(SQLiteConnector(path))
     else:
         from saphan.store.postgres import PostgresConnector
