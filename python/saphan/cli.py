@@ -509,6 +509,12 @@ def slot_set(
               help="Enforce writes with saphan-launcher's Landlock domain (needs a probed "
                    "machine at or above the floor) instead of the platform's own boundary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final record as JSON.")
+@click.option("--raw", is_flag=True,
+              help="claude and codex slots: show the tool's raw event stream (JSONL) live. "
+                   "Without it, when stdout is a terminal, they show one line per step (tool "
+                   "call, file edited, command run, tokens so far) and a summary line, all "
+                   "text escaped; when stdout is not a terminal the raw stream is shown, "
+                   "unchanged for programs that read it. stdout.log always keeps the raw stream.")
 @click.option("--prompt", default=None, metavar="TEXT",
               help="Agent slots (claude, codex, loop): the task, never on a command line.")
 @click.option("--prompt-file", type=click.Path(dir_okay=False), default=None,
@@ -537,6 +543,7 @@ def run(
     as_json: bool, prompt: str | None, prompt_file: str | None, model: str | None,
     permission_class: str | None, resume: str | None, lane: str | None,
     max_turns: int | None, max_seconds: int | None, command: tuple[str, ...],
+    raw: bool,
 ) -> None:
     """Run COMMAND inside the write boundary: saphan run --machine M --slot S -- CMD ARGS…
 
@@ -561,7 +568,8 @@ def run(
                           max_turns=max_turns, max_seconds=max_seconds)
     record = engine.run(machine_name, slot_name, list(command), workdir=workdir,
                         stream=not as_json, boundary=boundary, repo=repo, base_ref=base_ref,
-                        keep_worktree=keep_worktree, request=request)
+                        keep_worktree=keep_worktree, request=request,
+                        view=not (as_json or raw) and sys.stdout.isatty())
     if as_json:
         click.echo(record.to_json())
     else:

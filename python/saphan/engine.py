@@ -199,16 +199,16 @@ class Engine:
             workdir: str | os.PathLike[str] | None = None, stream: bool = True,
             boundary: str | None = None, repo: str | os.PathLike[str] | None = None,
             base_ref: str | None = None, keep_worktree: bool = True,
-            request: AgentRequest | None = None) -> RunRecord:
+            request: AgentRequest | None = None, view: bool = False) -> RunRecord:
         """Cast, reserve, compose, dispatch, record (run/pipeline.py); the finished
         record. Raises :class:`Refusal` (recorded) when the run cannot be given
         its boundary, :class:`UserError` on bad input (nothing written).
         ``boundary``: None (bubblewrap / Seatbelt) or "landlock"; ``repo``: run
         in a new linked worktree of it (from ``base_ref``), its commits
-        imported onto ``saphan/<run-id>``; ``request``: an agent slot's task.
-        """
+        imported onto ``saphan/<run-id>``; ``request``: an agent slot's task;
+        ``view``: show a claude or codex run one line per step (run/view.py), not raw."""
         from saphan.run import pipeline
 
         return pipeline.run(self.ctx, machine, slot, argv, workdir=workdir, stream=stream,
                             boundary=boundary, repo=repo, base_ref=base_ref,
-                            keep_worktree=keep_worktree, request=request)
+                            keep_worktree=keep_worktree, request=request, view=view)

@@ -129,6 +129,28 @@ def test_output_is_logged_apart_and_streamed_when_asked(
     assert (quiet / "stdout.log").read_bytes() == b"out-1\nout-2\n"
 
 
+def test_term_out_and_term_err_stand_in_for_the_terminal(
+        tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    """A view (run/view.py) gets what the terminal would have; the logs
+    still get every byte; without streaming nothing is shown at all."""
+    import io
+
+    argv = ["sh", "-c", "echo out-1; echo err-1 >&2; printf out-2"]
+    out, err = io.BytesIO(), io.BytesIO()
+    local.run(argv, cwd=str(tmp_path), run_dir=str(tmp_path), term_out=out, term_err=err)
+    assert (out.getvalue(), err.getvalue()) == (b"out-1\nout-2", b"err-1\n")
+    assert capfdbinary.readouterr() == (b"", b"")
+    assert (tmp_path / "stdout.log").read_bytes() == b"out-1\nout-2"
+    assert (tmp_path / "stderr.log").read_bytes() == b"err-1\n"
+    quiet = tmp_path / "quiet"
+    quiet.mkdir()
+    out, err = io.BytesIO(), io.BytesIO()
+    local.run(argv, cwd=str(tmp_path), run_dir=str(quiet), stream=False, term_out=out,
+              term_err=err)
+    assert (out.getvalue(), err.getvalue()) == (b"", b"")
+    assert (quiet / "stdout.log").read_bytes() == b"out-1\nout-2"
+
+
 def test_the_status_channel_is_kept_apart_from_the_output(tmp_path: Path) -> None:
     done = local.run(["sh", "-c", "echo control-line >&7; echo output"], cwd=str(tmp_path),
                      run_dir=str(tmp_path), stream=False, status_fd=7)

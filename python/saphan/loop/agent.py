@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from saphan.terminal import terminal_safe
 
 if TYPE_CHECKING:
     from saphan.loop.tools import Toolbox
@@ -77,18 +78,6 @@ class Redactor:
                 self.count += text.count(self.secret)
             return text.replace(self.secret, "[credential withheld]")
         return text
-
-
-#: what a terminal would act on: C0 controls but newline and tab, DEL, C1
-#: controls, and lone surrogates (which cannot even be printed)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
-def terminal_safe(text: str) -> str:
-    """``text`` for the operator's terminal: every control character (ESC of
-    an OSC 52 clipboard write or a colour code, CR, BEL, CSI ``\\x9b``, …)
-    escaped as ``\\x1b``, ``\\x9b``, ``\\ud800``; newline and tab kept."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 class Transcript:

@@ -54,6 +54,7 @@ def run(
     base_ref: str | None = None,
     keep_worktree: bool = True,
     request: AgentRequest | None = None,
+    view: bool = False,
 ) -> RunRecord:
     """The five steps for every run shape (a local command, a local agent or
     loop, a remote command). See :meth:`saphan.Engine.run` for the arguments."""
@@ -134,7 +135,7 @@ def run(
               else os.path.abspath(workdir if workdir is not None else os.getcwd()))
         site = LocalSite(ctx, s, command, workdir=wd, mode=mode, stream=stream,
                          boundary=boundary, repo=repo, base_ref=base_ref,
-                         keep_worktree=keep_worktree, request=request)
+                         keep_worktree=keep_worktree, request=request, view=view)
     return dispatch(ctx, site, base, holder)
 
 

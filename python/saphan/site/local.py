@@ -89,8 +89,11 @@ class LocalSite:
     def __init__(self, ctx: Context, slot: Slot, command: list[str], *, workdir: str,
                  mode: str, stream: bool = True, boundary: str | None = None,
                  repo: str | os.PathLike[str] | None = None, base_ref: str | None = None,
-                 keep_worktree: bool = True, request: AgentRequest | None = None) -> None:
+                 keep_worktree: bool = True, request: AgentRequest | None = None,
+                 view: bool = False) -> None:
         self.ctx, self.slot, self.command = ctx, slot, command
+        #: show a claude or codex run's output one line per step (run/view.py)
+        self.view = view
         self.workdir, self.mode, self.stream = workdir, mode, stream
         self.boundary_choice, self.repo_arg, self.base_ref = boundary, repo, base_ref
         self.keep_worktree, self.request = keep_worktree, request
@@ -264,12 +267,18 @@ class LocalSite:
             # memory or environ. Restored when the run ends.
             self.was_dumpable = local.set_dumpable(False)
         limit = adapter.time_limit()
+        view = None
+        if self.view and self.stream:
+            from saphan.run.view import for_tool
+
+            view = for_tool(adapter.tool, workdir=os.path.realpath(wd))
         try:
             finished = local.run(
                 self.argv, cwd=wd, run_dir=str(self.run_dir), env=self.env,
                 stream=self.stream, stdin_path=adapter.stdin_path,
                 stdin_bytes=self.secret, time_limit=limit, status_fd=boundary.status_fd,
-                pass_fds=boundary.fds,
+                pass_fds=boundary.fds, term_out=view.out if view else None,
+                term_err=view.err if view else None,
             )
         except Interrupted:
             # Interrupted, the run still ended under its launcher: what the
@@ -280,6 +289,9 @@ class LocalSite:
                 with suppress(refusals.Refusal):
                     self._apply_status(path, record, RunEnd())
             raise
+        finally:
+            if view is not None:
+                view.finish()  # what was left of a line, and the summary
         # Every process of the run is gone here (its PID namespace ended with
         # it, or the launcher reaped what was left): only now is it recorded.
         end.exited(finished.exit_code)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from saphan.errors import Interrupted
-from saphan.transport.streams import catching, tee
+from saphan.transport.streams import Sink, catching, tee
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,8 @@ def run(
     time_limit: float | None = None,
     status_fd: int | None = None,
     pass_fds: tuple[int, ...] = (),
+    term_out: Sink | None = None,
+    term_err: Sink | None = None,
 ) -> Finished:
     """Run ``argv``; stdin is /dev/null, the file ``stdin_path`` (an agent's
     prompt: never on the command line), or a pipe holding ``stdin_bytes`` and
@@ -103,7 +105,10 @@ def run(
     number (saphan-launcher's control lines; the launcher closes it before
     the command starts) and what arrives on it is kept in ``status.log``,
     apart from anything the command itself prints. ``pass_fds`` are inherited
-    at their numbers (the boundary's ``--bind-fd`` descriptors)."""
+    at their numbers (the boundary's ``--bind-fd`` descriptors).
+
+    When streaming, ``term_out``/``term_err`` (a view: run/view.py) stand in
+    for this process's stdout/stderr; the logs get every byte either way."""
     out_path = os.path.join(run_dir, "stdout.log")
     err_path = os.path.join(run_dir, "stderr.log")
     status_path = os.path.join(run_dir, "status.log") if status_fd is not None else None
@@ -128,9 +133,11 @@ def run(
                 preexec_fn=child_setup,
                 pass_fds=(*pass_fds, *((status_fd,) if status_fd is not None else ())),
             )
-            sinks: dict[int, tuple[IO[bytes], IO[bytes] | None]] = {
-                proc.stdout.fileno(): (out_f, sys.stdout.buffer if stream else None),  # type: ignore[union-attr]
-                proc.stderr.fileno(): (err_f, sys.stderr.buffer if stream else None),  # type: ignore[union-attr]
+            shown_out = (sys.stdout.buffer if term_out is None else term_out) if stream else None
+            shown_err = (sys.stderr.buffer if term_err is None else term_err) if stream else None
+            sinks: dict[int, tuple[IO[bytes], Sink | None]] = {
+                proc.stdout.fileno(): (out_f, shown_out),  # type: ignore[union-attr]
+                proc.stderr.fileno(): (err_f, shown_err),  # type: ignore[union-attr]
             }
             if status_fd is not None:
                 os.close(status_w)
@@ -166,7 +173,7 @@ def _stdin(path: str | None, data: bytes | None) -> IO[bytes]:
     return os.fdopen(r, "rb")
 
 
-def _pump(sinks: dict[int, tuple[IO[bytes], IO[bytes] | None]],
+def _pump(sinks: dict[int, tuple[IO[bytes], Sink | None]],
           proc: subprocess.Popen[bytes], time_limit: float | None) -> bool:
     """Copy output until EOF; past ``time_limit``, SIGTERM ``proc``, then
     SIGKILL it after :data:`TERM_GRACE`, and read on for at most

@@ -11,10 +11,19 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import IO
+from typing import IO, Protocol
 
 
-def tee(log: IO[bytes], term: IO[bytes] | None, chunk: bytes) -> None:
+class Sink(Protocol):
+    """Where a run's output is shown: the terminal's binary stream, or a view
+    of it (run/view.py) that shows something else and keeps no bytes."""
+
+    def write(self, chunk: bytes, /) -> object: ...
+
+    def flush(self) -> object: ...
+
+
+def tee(log: IO[bytes], term: Sink | None, chunk: bytes) -> None:
     """One chunk of output to the run's log, and to the terminal when streaming."""
     log.write(chunk)
     log.flush()
