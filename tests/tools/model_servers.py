@@ -129,7 +129,37 @@ def _sse(h: BaseHTTPRequestHandler, events: list[tuple[str, dict[str, Any]]]) ->
 
 class ResponsesServer(_Server):
     """Each POST is one model turn; the turn index is how many function-call
-    outputs the request already carries (Codex resends the whole input)."""
+    outputs the request already carries (Codex resends the whole input).
+
+    Besides the common turns, ``("call", "<name>", {arguments})`` or
+    ``("call", "<name>", {arguments}, "<namespace>")`` answers with any
+    function call (Codex's ``spawn_agent``, say). A sub-agent's requests —
+    their input holds :attr:`SUBAGENT_MARKER`, put in the task of a scripted
+    spawn — get a final text instead of the main script.
+
+    ``usage``: what every response reports (the Responses API's ``usage``).
+
+    Codex's built-in ``openai`` provider first tries the Responses API over a
+    WebSocket (``GET …/responses`` with an upgrade): that path answers 404 so
+    Codex falls back to HTTPS at once instead of retrying five times.
+    """
+
+    #: a sub-agent's task holding this text marks that agent's requests
+    SUBAGENT_MARKER = "[scripted sub-agent task]"
+
+    def __init__(self, script: list[Turn], *,
+                 usage: dict[str, Any] | None = None) -> None:
+        super().__init__(script)
+        self.usage: dict[str, Any] = usage or {
+            "input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 15}
+
+    def on_get(self, h: BaseHTTPRequestHandler) -> None:
+        if h.path.split("?")[0].rstrip("/").endswith("/responses"):
+            _json(h, 404, {"error": {"message": "no WebSocket here"}})
+            return
+        super().on_get(h)
 
     def on_post(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         if not h.path.rstrip("/").endswith("/responses"):
@@ -138,17 +168,21 @@ class ResponsesServer(_Server):
         done = sum(1 for item in body.get("input") or []
                    if isinstance(item, dict) and item.get("type") in
                    ("function_call_output", "custom_tool_call_output"))
-        turn = self.next_turn(done)
+        turn: Any = (("text", "sub-agent done") if self.is_subagent(body)
+                     else self.next_turn(done))
         rid = self.new_id("resp")
         if turn[0] == "shell":
             item = self._shell_call(body, turn[1])
+        elif turn[0] == "call":
+            item = {"type": "function_call", "id": self.new_id("fc"),
+                    "call_id": self.new_id("call"), "name": turn[1],
+                    "arguments": json.dumps(turn[2]), "status": "completed"}
+            if len(turn) > 3:
+                item["namespace"] = turn[3]
         else:
             item = {"type": "message", "role": "assistant", "id": self.new_id("msg"),
                     "status": "completed",
                     "content": [{"type": "output_text", "text": turn[1], "annotations": []}]}
-        usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
-                 "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
-                 "total_tokens": 15}
         _sse(h, [
             ("response.created", {"type": "response.created",
                                   "response": {"id": rid, "status": "in_progress"}}),
@@ -156,14 +190,47 @@ class ResponsesServer(_Server):
                                            "output_index": 0, "item": item}),
             ("response.completed", {"type": "response.completed",
                                     "response": {"id": rid, "status": "completed",
-                                                 "output": [item], "usage": usage}}),
+                                                 "output": [item], "usage": self.usage}}),
         ])
 
-    def tool_names(self) -> list[str]:
+    def is_subagent(self, body: dict[str, Any]) -> bool:
+        """Whether a request is a sub-agent's: a user message of its input
+        holds :attr:`SUBAGENT_MARKER` (in the main agent's own input the
+        marker stands only inside the spawn call's arguments)."""
+        return any(isinstance(item, dict) and item.get("type") == "message"
+                   and item.get("role") == "user"
+                   and self.SUBAGENT_MARKER in json.dumps(item.get("content"))
+                   for item in body.get("input") or [])
+
+    def models(self) -> list[str]:
+        """The ``model`` of every Responses request, in order (a sub-agent's
+        included)."""
+        with self._lock:
+            return [str(body.get("model")) for body in self.requests]
+
+    def tool_names(self, index: int = 0) -> list[str]:
+        """Every tool request ``index`` offers, namespaced ones as
+        ``namespace.name`` — those in ``tools`` and those Codex sends as
+        ``additional_tools`` input items (its code-mode models)."""
+        if len(self.requests) <= index:
+            return []
+        body = self.requests[index]
+        lists = [body.get("tools") or []]
+        lists += [item.get("tools") or [] for item in body.get("input") or []
+                  if isinstance(item, dict) and item.get("type") == "additional_tools"]
         names: list[str] = []
-        for body in self.requests[:1]:
-            for t in body.get("tools") or []:
-                names.append(str(t.get("name") or t.get("type")))
+
+        def walk(tools: list[Any], prefix: str) -> None:
+            for t in tools:
+                if not isinstance(t, dict):
+                    continue
+                name = str(t.get("name") or t.get("type"))
+                names.append(prefix + name)
+                if isinstance(t.get("tools"), list):
+                    walk(t["tools"], f"{prefix}{name}.")
+
+        for tools in lists:
+            walk(tools, "")
         return names
 
     def _shell_call(self, body: dict[str, Any], command: str) -> dict[str, Any]:
@@ -179,10 +246,12 @@ class ResponsesServer(_Server):
                 "name": name, "arguments": json.dumps(args), "status": "completed"}
 
     def outputs(self) -> Iterator[str]:
-        """Every tool output Codex reported back, in order (last request)."""
-        if not self.requests:
+        """Every tool output Codex reported back, in order (last request of
+        the main script: a sub-agent's requests are skipped)."""
+        main = [b for b in self.requests if not self.is_subagent(b)]
+        if not main:
             return
-        for item in self.requests[-1].get("input") or []:
+        for item in main[-1].get("input") or []:
             if isinstance(item, dict) and item.get("type") == "function_call_output":
                 out = item.get("output")
                 yield out if isinstance(out, str) else json.dumps(out)

@@ -6,8 +6,8 @@ the engine composes NO boundary of its own here. Instead every setting that
 shapes Codex's sandbox is pinned on the command line for each run (the
 command line outranks every config file), validated by ``--strict-config``.
 
-Measured against codex-cli 0.169.0 (tests/tools/test_codex_sandbox.py runs
-each of these for real):
+Measured against codex-cli 0.169.0 (tests/tools/test_codex.py runs each of
+these for real):
 
 - The legacy ``sandbox_workspace_write.exclude_slash_tmp`` /
   ``exclude_tmpdir_env_var`` keys do NOT shape the built-in ``:workspace``
@@ -36,7 +36,68 @@ each of these for real):
 - ``.git`` of the working directory itself stays read-only (Codex's own
   default, and the engine's): run with ``--repo`` to commit.
 - ``approval_policy = "never"``: no escalation to an unsandboxed retry.
-- ``model``: the named model, exactly once; ``model_provider`` pinned too.
+
+Nothing from the project's or the user's config widens or reroutes the run
+(each measured against codex-cli 0.169.0 and its scripted Responses server;
+tests/tools/test_codex.py plants each config and runs it for real):
+
+- ``model``: always pinned — the named model, else :data:`DEFAULT_MODEL`
+  (``gpt-6.1-sol``: what 0.169.0 requested with no model named, with the
+  built-in ``openai`` provider and with a provider of saphan's alike). With
+  none pinned, a ``model = …`` in the user's config chose the run's model
+  while the record said "the tool's default". The record's ``model`` names
+  the pinned one; the guard checks the line against it.
+- ``model_provider``: the slot's endpoint or the workspace's ``[codex]``
+  table as a provider named per run (``saphan-<run id>``): a config file's
+  ``[model_providers.NAME]`` is MERGED with the command line's table of that
+  name (measured: the file's ``query_params``, ``http_headers`` and
+  ``env_http_headers`` — an environment value sent as a header — reached the
+  requests). Without one, Codex's built-in ``openai`` provider (a file cannot
+  redefine it: ``[model_providers.openai]`` is refused by Codex).
+- ``openai_base_url = "https://api.openai.com/v1"``, always: the user's
+  config's ``openai_base_url`` rerouted the built-in provider, key and all,
+  to another server; the command line's value wins (that server then got no
+  request). ``OPENAI_BASE_URL`` in the environment is not read by 0.169.0
+  (measured: the traffic went to api.openai.com), so saphan refuses a run
+  without an endpoint of its own while it is set (the key would go elsewhere
+  than the operator meant) and never passes it. A seat logged in with a
+  ChatGPT account (no API key) would use ``chatgpt.com/backend-api/codex``;
+  pinned, it is sent to the API endpoint too.
+- ``projects``: the working directory and every directory above it,
+  ``trust_level = "untrusted"``. When the user's config trusted the
+  repository, Codex loaded its ``.codex/config.toml``, and an
+  ``[mcp_servers]`` command there ran outside Codex's sandbox: from the
+  working directory, from a parent of a subdirectory up to the repository's
+  root (pinning only the working directory did not stop that one), and for a
+  linked worktree from the main repository's root (a file an agent committed
+  on the branch with git plumbing). Codex decides each ``.codex`` directory
+  from that directory's own entry first, so the whole chain is pinned. The
+  paths ride inside one table value: Codex splits a ``-c`` KEY at every dot,
+  quotes or not (``projects."/a.b".trust_level`` was refused as an unknown
+  field), while a value is parsed as TOML (the table is merged with the
+  files'). :func:`toml_str` escapes what TOML requires (quotes, backslash,
+  controls, DEL); a working directory that is not valid UTF-8 is refused.
+- ``agents.enabled = false``, ``features.multi_agent = false``,
+  ``features.multi_agent_v2 = false``: no sub-agents. ``spawn_agent
+  {"model": …}`` started an agent whose requests named the other model.
+  ``features.multi_agent = false`` alone did not remove the tool from
+  ``gpt-6.1-sol`` (its catalog entry turns multi-agent v2 on);
+  ``[agents] enabled = false`` did, but a user config's ``multi_agent_v2 =
+  true`` outranked it — so all three. Pinned, the tool is not offered and a
+  call to it anyway returns "unsupported call".
+- ``shell_environment_policy``: what the commands Codex runs see —
+  ``inherit = "all"`` then ``include_only`` the base names
+  (confine/environment.py), the names saphan sets for the run, a ``--repo``
+  run's git object variables and the class's credentials; ``exclude`` every
+  provider key (the pinned provider's ``env_key``, ``OPENAI_API_KEY``,
+  ``CODEX_API_KEY``), which wins over ``include_only`` even when a class
+  names one. By default Codex handed its whole environment on (the provider
+  key reached ``env``); a user config's ``include_only = ["*"]``, ``set`` or
+  ``filters`` did not widen the pinned lists. Codex adds its own ``CODEX_*``
+  names, and its login shell (``bash -lc``) runs the user's profile.
+
+The guard holds the line to these: :data:`ALLOWED_SETTINGS` validates each
+value's shape, :data:`REQUIRED_SETTINGS` must all be present.
 
 The environment (:meth:`CodexAdapter.env_allowed`, on top of
 confine/environment.py's base and the permission class's credentials):
@@ -44,14 +105,19 @@ confine/environment.py's base and the permission class's credentials):
 - ``CODEX_HOME``: Codex's state, configuration and login (``auth.json``);
   the record names it from saphan's environment, so the tool must see the
   same one;
-- with a provider pinned from the workspace's ``[codex]`` table: that
-  provider's ``env_key`` and nothing else — the pinned provider is the only
-  one the run talks to;
+- with a provider of saphan's: that provider's ``env_key`` and nothing else
+  — the pinned provider is the only one the run talks to;
 - without one (the built-in ``openai`` provider): ``OPENAI_API_KEY`` (its
-  key), ``CODEX_API_KEY`` (the key Codex documents for ``codex exec``) and
-  ``OPENAI_BASE_URL`` (its endpoint override: dropping it would send the key
-  to the default endpoint). A seat logged in with ``codex login`` needs none
-  of them.
+  key) and ``CODEX_API_KEY`` (the key Codex documents for ``codex exec``). A
+  seat logged in with ``codex login --with-api-key`` needs neither.
+
+The record's ``usage`` (:func:`usage_of`) sums Codex's ``turn.completed``
+events: ``input_tokens`` (which include the cached ones, as the Responses API
+counts them: two requests of 100 input, 40 cached, gave 200 and 80),
+``cached_input_tokens``, ``output_tokens`` (reasoning included). Its
+``cache_write_input_tokens`` (0 in every run measured: what it counts is not
+measurable against a scripted server) is not recorded. Codex's events name
+no model, so ``models`` is empty; it reports no cost.
 """
 
 from __future__ import annotations
@@ -62,6 +128,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from saphan.errors import UserError
+from saphan.tools import argv_guard
 from saphan.tools.adapter import DEFAULT_AGENT_MAX_SECONDS, Adapter, first_json_event
 from saphan.tools.argv_guard import AllowList, Option, toml_value
 
@@ -78,14 +146,23 @@ NOT_RESTRICTED = (
     "behaviour is not documented and not measured here"
 )
 
-
-#: Codex's own variables for the built-in ``openai`` provider (see above)
-OPENAI_ENV: tuple[str, ...] = ("OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL")
+#: What codex-cli 0.169.0 requests when no model is named — with the built-in
+#: ``openai`` provider (API key) and with a provider of saphan's alike
+#: (measured). saphan pins it, so the record names the model that ran.
+DEFAULT_MODEL = "gpt-6.1-sol"
+#: The built-in ``openai`` provider's endpoint for an API key, pinned as
+#: ``openai_base_url`` so no config file can reroute that provider.
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+#: The keys that reach Codex for the built-in ``openai`` provider.
+OPENAI_ENV: tuple[str, ...] = ("OPENAI_API_KEY", "CODEX_API_KEY")
+#: The names saphan itself sets for every run (site/local.py), which commands see.
+RUN_SET = ("TMPDIR", "SAPHAN_RUN_ID", "SAPHAN_RETURN_PATH")
 
 
 @dataclass(frozen=True)
 class Provider:
-    """A model provider pinned on the command line (workspace config [codex])."""
+    """A model provider pinned on the command line (the slot's endpoint, or
+    the workspace config's ``[codex]`` table)."""
 
     base_url: str
     env_key: str
@@ -94,12 +171,32 @@ class Provider:
 
 
 def toml_str(value: str) -> str:
-    """A TOML basic string (JSON's escaping is a subset TOML accepts)."""
-    return json.dumps(value, ensure_ascii=False)
+    """A TOML basic string: JSON's escaping (a subset TOML accepts) plus DEL,
+    which TOML does not allow raw in a basic string."""
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def profile_name(run_id: str) -> str:
     return f"saphan-{run_id.lower()}"
+
+
+def provider_id(run_id: str) -> str:
+    """The pinned provider's table name, per run: a config file's
+    ``[model_providers.NAME]`` is merged with the command line's table of that
+    name (measured: its ``query_params``, ``http_headers`` and
+    ``env_http_headers`` reached the requests), and no file can know a name
+    minted for this run."""
+    return f"saphan-{run_id.lower()}"
+
+
+def ancestors(path: str) -> list[str]:
+    """``path`` and every directory above it, up to ``/``."""
+    out = [path]
+    while True:
+        parent = os.path.dirname(out[-1])
+        if parent == out[-1]:
+            return out
+        out.append(parent)
 
 
 def filesystem_entries(policy: Policy) -> list[tuple[str, str]]:
@@ -119,6 +216,25 @@ def filesystem_entries(policy: Policy) -> list[tuple[str, str]]:
     return entries
 
 
+def provider_keys(provider: Provider | None) -> tuple[str, ...]:
+    """Every provider key a Codex run's commands must not see: the pinned
+    provider's, and the built-in ``openai`` provider's."""
+    return tuple(dict.fromkeys((*((provider.env_key,) if provider else ()), *OPENAI_ENV)))
+
+
+def command_env(policy: Policy, credentials: tuple[str, ...] = (),
+                provider: Provider | None = None) -> list[str]:
+    """The names the commands Codex runs may see (its
+    ``shell_environment_policy.include_only``): the base names every run gets
+    (confine/environment.py), the names saphan sets for the run, the
+    permission class's credentials — never a provider key."""
+    from saphan.confine.environment import BASE, LOCALE
+
+    keys = set(provider_keys(provider))
+    names = (*BASE, *LOCALE, *RUN_SET, *(k for k, _ in policy.setenv), *credentials)
+    return [n for n in dict.fromkeys(names) if n not in keys]
+
+
 def settings(
     policy: Policy,
     *,
@@ -126,6 +242,7 @@ def settings(
     model: str | None,
     network: str = "off",
     provider: Provider | None = None,
+    credentials: tuple[str, ...] = (),
 ) -> list[tuple[str, str]]:
     """Every pinned setting as (key, TOML value), in command-line order."""
     name = profile_name(run_id)
@@ -136,16 +253,30 @@ def settings(
         ("default_permissions", toml_str(name)),
         (f"permissions.{name}", f"{{ filesystem = {{ {fs} }}, network = {{ enabled = {enabled} }} }}"),
         ("approval_policy", toml_str("never")),
+        ("model", toml_str(model or DEFAULT_MODEL)),
     ]
-    if model is not None:
-        out.append(("model", toml_str(model)))
     if provider is not None:
-        out.append(("model_provider", toml_str(provider.name)))
-        out.append((f"model_providers.{provider.name}",
+        pid = provider_id(run_id)
+        out.append(("model_provider", toml_str(pid)))
+        out.append((f"model_providers.{pid}",
                     f"{{ name = {toml_str(provider.name)}, base_url = {toml_str(provider.base_url)}, "
                     f"env_key = {toml_str(provider.env_key)}, wire_api = {toml_str(provider.wire_api)} }}"))
     else:
         out.append(("model_provider", toml_str("openai")))
+    out.append(("openai_base_url", toml_str(OPENAI_BASE_URL)))
+    # A dotted key on -c is split at every dot, quotes or not (measured), so
+    # the paths go inside a table value; the table is merged with the files'.
+    trust = ", ".join(f'{toml_str(d)} = {{ trust_level = "untrusted" }}'
+                      for d in ancestors(policy.workdir))
+    out.append(("projects", f"{{ {trust} }}"))
+    out.append(("agents.enabled", "false"))
+    out.append(("features.multi_agent", "false"))
+    out.append(("features.multi_agent_v2", "false"))
+    exclude = ", ".join(toml_str(k) for k in provider_keys(provider))
+    include = ", ".join(toml_str(n) for n in command_env(policy, credentials, provider))
+    out.append(("shell_environment_policy",
+                f'{{ inherit = "all", ignore_default_excludes = true, exclude = [{exclude}], '
+                f"include_only = [{include}], experimental_use_profile = false }}"))
     return out
 
 
@@ -157,13 +288,14 @@ def compose_argv(
     model: str | None,
     network: str = "off",
     provider: Provider | None = None,
+    credentials: tuple[str, ...] = (),
     resume_session: str | None = None,
 ) -> list[str]:
     """Codex's command line (pure). The prompt goes on stdin (``-``)."""
     argv = [binary, "exec", "--strict-config", "--json", "--skip-git-repo-check",
             "-C", policy.workdir]
     for key, value in settings(policy, run_id=run_id, model=model, network=network,
-                               provider=provider):
+                               provider=provider, credentials=credentials):
         argv += ["-c", f"{key}={value}"]
     if resume_session is not None:
         argv += ["resume", resume_session]
@@ -172,8 +304,13 @@ def compose_argv(
 
 
 _PROFILE = re.compile(r"saphan-[a-z0-9-]+")
-_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_PROVIDER = re.compile(r"openai|saphan-[a-z0-9-]+")
+_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ACCESS = frozenset({"read", "write", "none"})
+
+
+def _absolute(path: Any) -> bool:
+    return isinstance(path, str) and path.startswith("/") and os.path.normpath(path) == path
 
 
 def _profile_table(value: Any) -> bool:
@@ -200,7 +337,37 @@ def _profile_table(value: Any) -> bool:
 
 def _provider_table(value: Any) -> bool:
     return (isinstance(value, dict) and set(value) == {"name", "base_url", "env_key", "wire_api"}
-            and all(isinstance(v, str) for v in value.values()))
+            and all(isinstance(v, str) for v in value.values())
+            and value["wire_api"] == "responses" and bool(_VAR.fullmatch(value["env_key"])))
+
+
+def _untrusted_chain(value: Any) -> bool:
+    """A directory and every directory above it, each marked untrusted —
+    nothing else (no entry that trusts, no unrelated path)."""
+    if not isinstance(value, dict) or not value or not all(_absolute(k) for k in value):
+        return False
+    deepest = max(value, key=len)
+    return (set(value) == set(ancestors(deepest))
+            and all(v == {"trust_level": "untrusted"} for v in value.values()))
+
+
+def _names(value: Any) -> bool:
+    return (isinstance(value, list) and bool(value)
+            and all(isinstance(n, str) and _VAR.fullmatch(n) for n in value))
+
+
+def _shell_policy(value: Any) -> bool:
+    """Commands get exactly the names listed (no pattern), never a provider
+    key: inherit all, then keep only ``include_only``, minus ``exclude``."""
+    if not isinstance(value, dict) or set(value) != {
+            "inherit", "ignore_default_excludes", "exclude", "include_only",
+            "experimental_use_profile"}:
+        return False
+    return (value["inherit"] == "all" and value["ignore_default_excludes"] is True
+            and value["experimental_use_profile"] is False
+            and _names(value["exclude"]) and _names(value["include_only"])
+            and set(OPENAI_ENV) <= set(value["exclude"])
+            and not set(value["exclude"]) & set(value["include_only"]))
 
 
 def _is_str(pattern: re.Pattern[str] | None = None, *, only: str | None = None) -> Any:
@@ -210,15 +377,34 @@ def _is_str(pattern: re.Pattern[str] | None = None, *, only: str | None = None) 
     return ok
 
 
+def _is_false(value: Any) -> bool:
+    return value is False
+
+
 #: The config keys :func:`settings` pins, as (key pattern, value validator).
 ALLOWED_SETTINGS: tuple[tuple[re.Pattern[str], Any], ...] = (
     (re.compile(r"default_permissions"), _is_str(_PROFILE)),
     (re.compile(r"permissions\.saphan-[a-z0-9-]+"), _profile_table),
     (re.compile(r"approval_policy"), _is_str(only="never")),
     (re.compile(r"model"), _is_str()),  # the named model: the guard's model check compares it
-    (re.compile(r"model_provider"), _is_str(_NAME)),
-    (re.compile(r"model_providers\.[A-Za-z0-9_-]+"), _provider_table),
+    (re.compile(r"model_provider"), _is_str(_PROVIDER)),
+    (re.compile(r"model_providers\.saphan-[a-z0-9-]+"), _provider_table),
+    (re.compile(r"openai_base_url"), _is_str(only=OPENAI_BASE_URL)),
+    (re.compile(r"projects"), _untrusted_chain),
+    (re.compile(r"agents\.enabled"), _is_false),
+    (re.compile(r"features\.multi_agent"), _is_false),
+    (re.compile(r"features\.multi_agent_v2"), _is_false),
+    (re.compile(r"shell_environment_policy"), _shell_policy),
 )
+
+#: The keys every composed line pins (the guard refuses a line without one):
+#: without them a config file chooses the model, reroutes the provider, trusts
+#: the project, turns sub-agents on or hands the commands the provider's key.
+REQUIRED_SETTINGS: frozenset[str] = frozenset({
+    "default_permissions", "approval_policy", "model", "model_provider", "openai_base_url",
+    "projects", "agents.enabled", "features.multi_agent", "features.multi_agent_v2",
+    "shell_environment_policy",
+})
 
 
 def _setting_key(operand: str) -> str:
@@ -264,32 +450,98 @@ ALLOWED_ARGV = AllowList(
 )
 
 
+def usage_of(stdout_path: str) -> dict[str, Any] | None:
+    """The record's ``usage`` from Codex's ``turn.completed`` events (summed),
+    or None when there is none. Codex's events name no model (measured), so
+    ``models`` stays empty: the model is the one pinned (``pinned_settings``)."""
+    from saphan.tools import usage
+
+    total: dict[str, int | None] = {k: None for k in usage.TOKEN_KINDS}
+    seen = False
+    try:
+        with open(stdout_path, "rb") as f:
+            for raw in f:
+                line = raw.strip()
+                if not line.startswith(b"{"):
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(event, dict) or event.get("type") != "turn.completed":
+                    continue
+                got = event.get("usage")
+                if not isinstance(got, dict):
+                    continue
+                seen = True
+                usage.add(total, {"input": got.get("input_tokens"),
+                                  "output": got.get("output_tokens"),
+                                  "cache_read": got.get("cached_input_tokens")})
+    except OSError:
+        return None
+    if not seen:
+        return None
+    return usage.record(models=(), tokens=total, cost_usd=None,
+                        reported_by="codex turn.completed events (they name no model)")
+
+
 @dataclass(frozen=True)
 class CodexAdapter(Adapter):
     tool = "codex"
     allowed_argv = ALLOWED_ARGV
+    #: the slot's endpoint or the workspace's [codex] table; None: the
+    #: built-in ``openai`` provider at :data:`OPENAI_BASE_URL`, pinned
     provider: Provider | None = field(default=None)
     #: the engine's watchdog (seconds): at the limit the run's whole tree is
     #: ended (SIGTERM through the reaper, then SIGKILL): time-limit-killed
     max_seconds: int = DEFAULT_AGENT_MAX_SECONDS
 
+    def __post_init__(self) -> None:
+        try:
+            self.instruction.workdir.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UserError(
+                f"the working directory {self.instruction.workdir!r} is not valid UTF-8: Codex "
+                "reads its pinned settings (the working directory among them) as TOML, which "
+                "is UTF-8; run in a directory whose path is valid UTF-8") from None
+        if self.provider is None and os.environ.get("OPENAI_BASE_URL"):
+            raise UserError(
+                "OPENAI_BASE_URL is set in saphan's environment, but codex-cli 0.169.0 does not "
+                "read it (measured) and saphan pins Codex's built-in openai provider to "
+                f"{OPENAI_BASE_URL}: the run's key would go there, not to that endpoint. Give "
+                "the slot its endpoint (`saphan slot set MACHINE SLOT --endpoint URL`, or "
+                "`[codex] base_url` in the workspace config), or unset OPENAI_BASE_URL")
+
     def time_limit(self) -> float | None:
         return float(self.max_seconds)
+
+    @property
+    def model(self) -> str:
+        """The model pinned: the one named, else :data:`DEFAULT_MODEL`."""
+        return self.instruction.model or DEFAULT_MODEL
 
     @property
     def network(self) -> str:
         pc = self.instruction.permission_class
         return pc.network if pc is not None else "off"
 
+    @property
+    def credentials(self) -> tuple[str, ...]:
+        pc = self.instruction.permission_class
+        return pc.credentials if pc is not None else ()
+
     def env_allowed(self) -> tuple[str, ...]:
         keys = (self.provider.env_key,) if self.provider is not None else OPENAI_ENV
         return tuple(dict.fromkeys(("CODEX_HOME", *keys, *super().env_allowed())))
 
+    def _settings(self, policy: Policy) -> list[tuple[str, str]]:
+        return settings(policy, run_id=self.run_id, model=self.model, network=self.network,
+                        provider=self.provider, credentials=self.credentials)
+
     def vendor_boundary(self, policy: Policy) -> Boundary | None:
         from saphan.confine.compose import STATUS_FD, Boundary, reaper_prefix
 
-        pinned = settings(policy, run_id=self.run_id, model=self.instruction.model,
-                          network=self.network, provider=self.provider)
+        pinned = self._settings(policy)
         # Not a boundary around Codex (its own sandbox is the boundary): a
         # subreaper, so no helper Codex starts (its fs-helper daemon was seen
         # alive an hour after its run) outlives the run.
@@ -317,18 +569,48 @@ class CodexAdapter(Adapter):
     def argv(self, policy: Policy) -> list[str]:
         resume = self.instruction.resume
         return compose_argv(
-            self.binary.path, policy, run_id=self.run_id, model=self.instruction.model,
-            network=self.network, provider=self.provider,
+            self.binary.path, policy, run_id=self.run_id, model=self.model,
+            network=self.network, provider=self.provider, credentials=self.credentials,
             resume_session=resume.session_id if resume else None,
         )
 
+    def guard(self, final_argv: list[str], agent_at: int = 0) -> None:
+        """The argv guard with the model pinned (named or :data:`DEFAULT_MODEL`),
+        and every setting of :data:`REQUIRED_SETTINGS` present."""
+        from saphan import refusals
+
+        resume = self.instruction.resume
+        argv_guard.check(final_argv, tool=self.tool, model=self.model,
+                         resume_session=resume.session_id if resume else None,
+                         allowed=self.allowed_argv, binary=self.binary.path, agent_at=agent_at)
+        agent = final_argv[agent_at:]
+        pinned = dict(agent[i + 1].partition("=")[::2] for i in range(len(agent) - 1)
+                      if agent[i] == "-c")
+        missing = sorted(REQUIRED_SETTINGS - set(pinned))
+        shell = toml_value(pinned.get("shell_environment_policy", "{}"))
+        excluded = shell.get("exclude") if isinstance(shell, dict) else None
+        keys = set(provider_keys(self.provider))
+        if not missing and not keys <= set(excluded if isinstance(excluded, list) else ()):
+            missing = [f"shell_environment_policy excluding {', '.join(sorted(keys))}"]
+        if missing:
+            raise refusals.bypass_token(
+                f"codex's command line must pin {', '.join(missing)}; without it a config file "
+                f"decides: {' '.join(final_argv)}",
+                "report this as an adapter bug: the codex adapter pins every one of these")
+
     def record(self, policy: Policy) -> dict[str, Any]:
         out = super().record(policy)
+        out["model"] = self.model
+        out["endpoint"] = self.provider.base_url if self.provider is not None else OPENAI_BASE_URL
         out["codex_home"] = os.environ.get("CODEX_HOME") or os.path.expanduser("~/.codex")
         return out
 
     def after_run(self, stdout_path: str) -> dict[str, Any]:
         started = first_json_event(stdout_path, lambda e: e.get("type") == "thread.started")
-        if started is None:
-            return {}
-        return {"agent_session": {"id": started.get("thread_id")}}
+        out: dict[str, Any] = {}
+        if started is not None:
+            out["agent_session"] = {"id": started.get("thread_id")}
+        used = usage_of(stdout_path)
+        if used is not None:
+            out["usage"] = used
+        return out
