@@ -798,8 +798,10 @@ def _show_record(record: RunRecord) -> None:
         echo(f"lane:        {lane['name']}: {lane['model']} at {lane['base_url']} (key on a "
                    f"pipe; ${lane['credential_env']} scrubbed)")
     if d.get("loop"):
-        loop = d["loop"]
-        tokens = loop.get("tokens") or {}
+        loop = d["loop"] if isinstance(d["loop"], dict) else {}
+        # written by the run (its result file): shown escaped, never trusted for shape
+        got_tokens = loop.get("tokens")
+        tokens: dict[str, Any] = got_tokens if isinstance(got_tokens, dict) else {}
         echo(f"loop:        {loop.get('end')} after {loop.get('turns')} turn(s), "
                    f"{loop.get('tool_calls')} tool call(s), {tokens.get('total', 0)} tokens, "
                    f"{loop.get('redactions')} redaction(s): {loop.get('detail')}")
@@ -817,6 +819,8 @@ def _show_record(record: RunRecord) -> None:
     echo(f"finished:    {d.get('finished_at')}")
     echo(f"outcome:     {d.get('outcome')}  exit: {d.get('exit_code')}")
     if d.get("refusal"):
+    if d.get("network"):
+        echo(f"network:     {d['network']}")
         echo(f"refusal:     [{d['refusal']['class']}] {d['refusal']['message']}")
     for change in d.get("protected_changes") or []:
         echo(f"protected:   {change.get('name')} ({change.get('what')})")

@@ -125,6 +125,8 @@ def test_a_command_run_with_network_off_reaches_nothing(
         assert rec["policy"]["network"] == "off"
         assert "--unshare-net" in rec["boundary_argv"]
         assert not any("network egress" in n for n in rec["notes"])
+        shown = s.ok("runs", "show", str(rec["id"])).out
+        assert f"network:     off: {network.BWRAP_LEVER}" in shown
 
 
 @pytest.mark.usefixtures("bwrap_available")

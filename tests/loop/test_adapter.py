@@ -192,6 +192,9 @@ def test_reading_the_loops_result(tmp_path: Path) -> None:
     assert "loop's result file" in got["reported_by"]
     result.write_text(json.dumps({"end": "finished"}))
     assert a.outcome(a.after_run("/dev/null")) is None  # the run's own exit says it
+    # a forged end (review: OSC 52 in the outcome column) is none of the names
+    result.write_text(json.dumps({"end": "exited\x1b]52;c;cHduZWQ=\x07\rOK"}))
+    assert a.outcome(a.after_run("/dev/null")) == "loop-result-unreadable"
 
 
 def test_a_result_planted_as_a_link_or_fifo_is_not_read(tmp_path: Path) -> None:

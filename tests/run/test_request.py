@@ -13,7 +13,7 @@ import pytest
 from saphan.context import Context
 from saphan.errors import UserError
 from saphan.refusals import Refusal
-from saphan.run.request import check_fits, check_workdir_apart, command_class
+from saphan.run.request import check_fits, check_scope, check_workdir_apart, command_class
 from saphan.store.rows import Machine, Slot
 from saphan.tools.launch import Request
 from saphan.workspace import Workspace, registered_workspaces
@@ -90,6 +90,27 @@ def test_a_class_allowing_nothing(tmp_path: Path) -> None:
     path.write_text(json.dumps({"schema": 2}))
     with pytest.raises(UserError, match=r"allows the commands \(none\)"):
         command_class(str(path), "true")
+
+
+def test_a_command_class_holds_the_workdir_to_its_write_scope(tmp_path: Path) -> None:
+    """Review: a command slot's class ignored `write_scope`, here and on SSH."""
+    inside, outside = tmp_path / "scope" / "wd", tmp_path / "other"
+    inside.mkdir(parents=True)
+    outside.mkdir()
+    (tmp_path / "link").symlink_to(outside)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"schema": 2, "allowed_commands": ["true"],
+                                "write_scope": [str(tmp_path / "scope")]}))
+    assert command_class(str(path), "true", str(inside)).write_scope
+    for wd in (outside, tmp_path / "link", tmp_path / "scope-sibling"):
+        with pytest.raises(UserError, match=r"allows work only inside .*; run inside its "
+                                            "write scope"):
+            command_class(str(path), "true", str(wd))
+    # far paths: compared as that machine gave them, normalised, never resolved here
+    pc = command_class(str(path), "true", f"{tmp_path}/scope/x/../wd", far=True)
+    with pytest.raises(UserError, match=f"the working directory is {tmp_path}/other;"):
+        check_scope(pc, f"{tmp_path}/scope/../other", far=True)
+    check_scope(pc, f"{tmp_path}/scope", far=True)
 
 
 def test_a_malformed_class_is_a_refusal(tmp_path: Path) -> None:

@@ -12,8 +12,12 @@ Where ``off`` is enforced in this build (:func:`lever`):
 - a ``command`` run under the engine's bubblewrap on Linux, and under the
   local Landlock boundary (its outer bubblewrap): ``--unshare-net`` gives the
   jail a network namespace of its own holding only a loopback device that is
-  down, so no socket reaches any address outside it — the host's loopback
-  included (tests/confine/test_network.py connects to a server on the host);
+  down, so no socket reaches any IP address outside it — the host's loopback
+  included (tests/confine/test_network.py connects to a server on the host)
+  — nor an abstract unix socket. Unix sockets on the filesystem are NOT cut
+  (a namespace does not cover them): a daemon's socket the jail can name
+  (docker, D-Bus, a resolver's) still answers. saphan denies the store's own
+  sockets in every jail (store/reach.py). vsock is not cut either;
 - a ``codex`` run: Codex's own sandbox, pinned by saphan with the per-run
   permission profile's ``network.enabled = false``, takes the network from
   every command the model runs (measured: EPERM on a socket). The Codex
@@ -36,8 +40,9 @@ from saphan import refusals
 
 #: what enforces ``network: off`` on each path that can (see :func:`lever`)
 BWRAP_LEVER = ("a network namespace of its own (bubblewrap --unshare-net): only a loopback "
-               "device, down; no address outside the jail is reachable, the host's loopback "
-               "included")
+               "device, down; no IP address outside the jail is reachable, the host's loopback "
+               "included, nor an abstract unix socket. Not cut: unix sockets on the filesystem "
+               "(a daemon's socket the jail can name is still reachable) and vsock")
 CODEX_LEVER = ("Codex's own sandbox takes the network from every command the model runs "
                "(pinned: network.enabled = false); the codex process itself still reaches its "
                "model provider")

@@ -12,6 +12,7 @@ slot doing nothing.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -38,23 +39,45 @@ def _option(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
+#: printable ASCII, no space: what an endpoint URL and a model name may hold
+_PRINTABLE = re.compile(r"[\x21-\x7e]+")
+_LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
 def check_endpoint(url: str) -> str:
-    """An ``http(s)://host[:port][/path]`` URL with nothing a record must not
-    hold (credentials) and nothing a header could be smuggled through."""
-    bad = any(ord(c) < 0x21 or ord(c) == 0x7F for c in url)
-    parts = urlsplit(url) if not bad else None
-    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname
-            or parts.query or parts.fragment or len(url) > 2048):
-        raise UserError(f"--endpoint {url!r} is not an http(s) URL of a model API; give "
-                        "http(s)://HOST[:PORT][/PATH] (no spaces, query or fragment)")
-    if parts.username is not None or parts.password is not None:
+    """An ``http(s)://host[:port][/path]`` URL in printable ASCII (an
+    internationalised host in its ``xn--`` form), with nothing a record must
+    not hold (credentials), no query or fragment, and plain http only to
+    this machine's loopback (anywhere else the key would cross the network
+    in the clear)."""
+    bad = (f"--endpoint {url!r} is not an http(s) URL of a model API; give "
+           "http(s)://HOST[:PORT][/PATH] in printable ASCII (no spaces, '?' or '#'; an "
+           "internationalised host in its xn-- form)")
+    if not _PRINTABLE.fullmatch(url) or "?" in url or "#" in url or len(url) > 2048:
+        raise UserError(bad)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+        host = parts.hostname
+    except ValueError:
+        raise UserError(bad) from None
+    if parts.scheme not in ("http", "https") or not host or "\\" in url or port == 0:
+        raise UserError(bad)
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         raise UserError("--endpoint carries credentials in the URL, which would be stored and "
                         "recorded; give the URL without them and the key in the tool's variable")
-    try:
-        parts.port  # noqa: B018 - raises on a port out of range
-    except ValueError:
-        raise UserError(f"--endpoint {url!r} has an invalid port") from None
+    if parts.scheme == "http" and not (host in _LOOPBACK or host.startswith("127.")):
+        raise UserError(f"--endpoint {url!r}: plain http to {host} would send the API key in "
+                        "the clear; use https (http is for this machine's loopback only)")
     return url
+
+
+def check_model(name: str) -> str:
+    """A model name: printable ASCII without spaces, not an option, bounded."""
+    if not _PRINTABLE.fullmatch(name) or name.startswith("-") or len(name) > 200:
+        raise UserError(f"--model {name!r} is not a model name (printable ASCII, no spaces, "
+                        "not starting with '-', at most 200 characters)")
+    return name
 
 
 def check_run_defaults(tool: str, **given: Any) -> None:
@@ -69,8 +92,7 @@ def check_run_defaults(tool: str, **given: Any) -> None:
         if field == "endpoint":
             check_endpoint(value)
         elif field == "model":
-            if not value or value.startswith("-") or any(c.isspace() for c in value):
-                raise UserError(f"--model {value!r} is not a model name")
+            check_model(value)
         else:
             lo, hi = MAX_SECONDS_RANGE if field == "max_seconds" else MAX_TURNS_RANGE
             if not lo <= value <= hi:

@@ -77,6 +77,14 @@ def interpreter() -> AgentBinary:
                        f"saphan {__version__} loop on Python {platform.python_version()}")
 
 
+#: every end the loop names (loop/agent.py, loop/client.py; docs/loop.md's table)
+ENDS = frozenset({
+    "finished", "turn-budget-exhausted", "time-budget-exhausted", "model-malformed",
+    "model-auth-rejected", "model-rate-limited", "model-request-rejected", "model-server-error",
+    "model-timeout", "model-unreachable", "key-channel-broken",
+})
+
+
 @dataclass(frozen=True)
 class LoopAdapter(Adapter):
     lane: Lane
@@ -196,7 +204,12 @@ class LoopAdapter(Adapter):
         return float(self.max_seconds + WATCHDOG_GRACE)
 
     def outcome(self, facts: dict[str, Any]) -> str | None:
+        """The loop's end as the run's outcome: only a name of :data:`ENDS`.
+        The result file is in the run's writable return path (a process the
+        run left could rewrite it before the reaper ends it: measured by
+        review), so anything else is ``loop-result-unreadable``, never passed
+        on as it came."""
         end = (facts.get("loop") or {}).get("end")
         if end is None or end == "finished":
             return None
-        return str(end)
+        return end if end in ENDS else "loop-result-unreadable"

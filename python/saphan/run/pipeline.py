@@ -123,11 +123,10 @@ def run(
                 f"--repo makes a worktree on this machine; for SSH machine {m.name!r} give "
                 "--workdir /absolute/path/on/that/machine"
             )
-        posture = None
-        if request is not None and request.permission_class is not None:
-            posture = requests.command_class(request.permission_class, command[0]).network
-        site = SshSite(ctx, s, m, command, workdir=SshSite.far_workdir(m, workdir),
-                       stream=stream, network=posture)
+        far_wd = SshSite.far_workdir(m, workdir)
+        pc = (requests.command_class(request.permission_class, command[0], far_wd, far=True)
+              if request is not None and request.permission_class is not None else None)
+        site = SshSite(ctx, s, m, command, workdir=far_wd, stream=stream, permission=pc)
     else:
         from saphan.site.local import LocalSite
 

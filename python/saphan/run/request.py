@@ -10,6 +10,7 @@ workspace registry entry.
 from __future__ import annotations
 
 import os
+import posixpath
 from typing import TYPE_CHECKING
 
 from saphan.errors import UserError
@@ -73,8 +74,12 @@ def check_fits(
         raise UserError("nothing to run: give the command after `--`")
 
 
-def command_class(path: str, argv0: str) -> permission_class.PermissionClass:
-    """A command slot's permission class: the command's base name, exact token."""
+def command_class(path: str, argv0: str, workdir: str | None = None, *,
+                  far: bool = False) -> permission_class.PermissionClass:
+    """A command slot's permission class: the command's base name, exact
+    token; and its write scope, which must cover the working directory (on
+    an SSH machine the path as given, normalised: SshSite checks the far
+    resolved one again after the preflight)."""
     from saphan.tools import permission_class
 
     pc = permission_class.load(path)
@@ -84,7 +89,25 @@ def command_class(path: str, argv0: str) -> permission_class.PermissionClass:
             f"{', '.join(pc.commands) or '(none)'} (exact base name); "
             f"{os.path.basename(argv0)!r} is not one of them"
         )
+    if workdir is not None:
+        check_scope(pc, workdir, far=far)
     return pc
+
+
+def check_scope(pc: permission_class.PermissionClass, workdir: str, *, far: bool = False) -> None:
+    """The class's write scope covers ``workdir`` (resolved here; on a far
+    machine, a path that machine resolved)."""
+    if not pc.write_scope:
+        return
+    wd = posixpath.normpath(workdir)
+    covered = (any(wd == s or wd.startswith(s.rstrip("/") + "/") for s in pc.write_scope)
+               if far else pc.scope_covers(workdir))
+    if not covered:
+        raise UserError(
+            f"permission class {pc.source} allows work only inside "
+            f"{', '.join(pc.write_scope)}, and the working directory is "
+            f"{wd if far else os.path.realpath(workdir)}; run inside its write scope or use "
+            "another class")
 
 
 def check_workdir_apart(ctx: Context, wd: str) -> None:

@@ -205,7 +205,7 @@ class LocalSite:
             return_path=str(out_dir),
             session_dirs=adapter.session_dirs(),
             read_denials=(str(ws.key_path), str(ws.config_path), *_identity_files(ctx),
-                          *adapter.read_denials()),
+                          *_store_paths(ctx), *adapter.read_denials()),
             hidden_dirs=_hidden_workspaces(ws.home),
             readonly_paths=(*protected.carve_outs(wd, allowed, self.extra_protected),
                             *adapter.exposed_paths()),
@@ -390,7 +390,7 @@ def _command_adapter(request: AgentRequest | None, command: list[str], wd: str,
 
     pc = None
     if request is not None and request.permission_class is not None:
-        pc = requests.command_class(request.permission_class, command[0])
+        pc = requests.command_class(request.permission_class, command[0], wd)
     path = _resolve_command(command[0])
     return CommandAdapter(
         AgentBinary("command", path, _native.sha256_file(path), ""),
@@ -543,6 +543,13 @@ def _check_hidden_pinned(policy: Policy) -> None:
             f"run in a directory that does not contain {hidden}, or move that workspace out "
             "of the working directory",
         )
+
+
+def _store_paths(ctx: Context) -> tuple[str, ...]:
+    """The store's sockets and client credential files (store/reach.py)."""
+    from saphan.store.reach import client_paths
+
+    return client_paths(ctx.config.database_url, ctx.workspace.sqlite_path)
 
 
 def _identity_files(ctx: Context) -> tuple[str, ...]:

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from saphan.context import Context
     from saphan.liveness import RemoteCheck
     from saphan.site.far import Preflight
+    from saphan.tools.permission_class import PermissionClass
 
 #: What the remote boundary does not restrict, written into every record.
 NOT_RESTRICTED = (
@@ -84,11 +85,12 @@ class SshSite:
     kind = "ssh"
 
     def __init__(self, ctx: Context, slot: Slot, machine: Machine, command: list[str], *,
-                 workdir: str, stream: bool = True, network: str | None = None) -> None:
+                 workdir: str, stream: bool = True,
+                 permission: PermissionClass | None = None) -> None:
         self.ctx, self.slot, self.machine, self.command = ctx, slot, machine, command
         self.workdir, self.stream = workdir, stream
-        #: the permission class's network posture (None: no class)
-        self.network = network
+        #: the command's permission class (its network posture, its write scope)
+        self.permission = permission
         self.far: _Far | None = None
         self.policy_json = ""
         self.seen: dict[str, Any] = {}
@@ -114,10 +116,17 @@ class SshSite:
         from saphan.site import far as far_side
 
         base["transport"] = {"kind": "ssh", "address": self.machine.address()}
-        network.posture(self.network, tool=self.slot.tool, mechanism="ssh")
+        pc = self.permission
+        network.posture(pc.network if pc is not None else None, tool=self.slot.tool,
+                        mechanism="ssh")
         self.root = far_side.install_dir(self.ctx.record_key())
-        self.far = _inspect(self.ctx, self.slot, self.machine, base, self.command,
-                            self.workdir)
+        self.far = far = _inspect(self.ctx, self.slot, self.machine, base, self.command,
+                                  self.workdir)
+        if pc is not None:
+            from saphan.run.request import check_scope
+
+            # The far machine resolved the working directory: held to the scope again.
+            check_scope(pc, far.pf.get("workdir") or self.workdir, far=True)
 
     def liveness(self) -> RemoteCheck | None:
         return self.ctx.remote_liveness(self.machine)
@@ -164,6 +173,8 @@ class SshSite:
             "policy": policy.as_record(),
             "writable": policy.writable_set(),
             "notes": [*policy.notes, NOT_RESTRICTED],
+            # confine/network.py refused `off` before the seat: nothing here cuts it
+            "network": "not restricted",
         })
 
     def start(self, record: dict[str, Any], end: RunEnd) -> None:

@@ -63,8 +63,10 @@ def prepare(
         prompt = request.prompt
     if not prompt.strip():
         raise UserError("the prompt is empty; give the task with --prompt or --prompt-file")
-    if request.model is not None and (not request.model or request.model.startswith("-")):
-        raise UserError(f"--model {request.model!r} is not a model name")
+    if request.model is not None:
+        from saphan.fleet.slots import check_model
+
+        check_model(request.model)
     if request.max_turns is not None and tool == "codex":
         raise UserError("--max-turns: Codex CLI has no turn budget; give --max-seconds S")
     model = request.model or (slot.model if slot is not None else None)
@@ -105,6 +107,10 @@ def prepare(
     endpoint = slot.endpoint if slot is not None else None
     if tool == "claude":
         return ClaudeAdapter(binary, instruction, confinement, run_id, max_seconds=limit)
+    if endpoint is not None:
+        from saphan.fleet.slots import check_endpoint
+
+        check_endpoint(endpoint)  # again at run time: the store's row is not signed
     if tool == "codex":
         return CodexAdapter(binary, instruction, confinement, run_id,
                             provider=_codex_provider(ctx, endpoint), max_seconds=limit)
