@@ -107,6 +107,10 @@ class PgServer:
     host: str
     port: int
     user: str
+    #: ``pg_ctl`` as the server's account, and the arguments that start it
+    #: (``stop()``/``start()``: a test that takes the server away mid-run)
+    ctl: tuple[str, ...] = ()
+    start_args: tuple[str, ...] = ()
 
     def url(self, db: str) -> str:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{db}"
@@ -117,9 +121,28 @@ class PgServer:
         with psycopg.connect(self.url(db), autocommit=True) as conn:
             conn.execute(sql)  # type: ignore[arg-type]
 
+    def stop(self) -> None:
+        """Stop the server (`pg_ctl stop -m fast`: every connection is cut)."""
+        subprocess.run([*self.ctl, "-m", "fast", "-w", "stop"], check=True,
+                       capture_output=True)
+
+    def start(self) -> None:
+        subprocess.run([*self.ctl, *self.start_args, "-w", "start"], check=True,
+                       capture_output=True)
+
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
+    yield from _pg_up()
+
+
+@pytest.fixture
+def pg_own() -> Iterator[PgServer]:
+    """A PostgreSQL server of this test's own, which it may stop and start."""
+    yield from _pg_up()
+
+
+def _pg_up() -> Iterator[PgServer]:
     bindir = _pg_bin()
     require(bindir is not None, "PostgreSQL server binaries (apt-get install postgresql)")
     assert bindir is not None
@@ -139,14 +162,13 @@ def pg_server() -> Iterator[PgServer]:
                    check=True, capture_output=True)
     port = _free_port()
     log = root / "server.log"
-    subprocess.run(
-        [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-o",
-         f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
-         "-c max_connections=200", "start"],
-        check=True, capture_output=True,
-    )
+    server = PgServer(
+        str(root), port, user, ctl=(*as_user, str(bindir / "pg_ctl"), "-D", str(data)),
+        start_args=("-l", str(log), "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1 "
+                    "-c fsync=off -c max_connections=200"))
+    server.start()
     try:
-        yield PgServer(str(root), port, user)
+        yield server
     finally:
         subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate",
                         "stop"], capture_output=True)

@@ -134,8 +134,10 @@ def test_both_sites_implement_the_site_seam() -> None:
 
 
 def test_the_engine_is_a_thin_facade() -> None:
+    # 215 until issue 17 added cancel() and the store-open hook (reconcile):
+    # one-line delegations each, with their lazy imports.
     lines = (PKG / "engine.py").read_text().splitlines()
-    assert len(lines) <= 215, len(lines)
+    assert len(lines) <= 228, len(lines)
 
 
 def test_every_module_has_its_test_module() -> None:

@@ -168,6 +168,7 @@ def test_seat_full_through_cli_names_numbers_and_holder(saphan: Saphan, tmp_path
         assert r.code == 3
         assert "refused [seat-full]: slot s1 on here carries 1 run and may carry 1" in r.err
         assert f"run {holder['id']} (pid {first.pid} on " in r.err
+        assert "fix: " in r.err and "`saphan runs cancel ID`" in r.err
         refused = saphan.ok("runs", "show", "last", "--json").json()
         assert isinstance(refused, dict)
         assert refused["refusal"]["class"] == "seat-full"

@@ -25,7 +25,7 @@ VERBS = {
     "config": ["check", "show"],
     "machine": ["add", "deliver", "list", "probe-confinement", "remove", "show"],
     "slot": ["add", "list", "set", "show"],
-    "runs": ["finalize", "list", "show"],
+    "runs": ["cancel", "finalize", "list", "show"],
     "lane": ["add", "check", "list", "remove"],
     "db": ["migrate"],
     "policy": ["check"],
@@ -351,6 +351,7 @@ def test_config_show_masks_a_postgresql_password(saphan_sqlite: Saphan) -> None:
     assert settings == {
         "run.confinement": ("engine", "default"),
         "database.url": ("postgresql://ops:***@db.example:5432/fleet", "file"),
+        "database.write_retry_seconds": (30, "default"),
         "ssh.connect_timeout": (3, "file"),
         "ssh.command_timeout": (120, "default"),
         "codex.base_url": (None, "default"),

@@ -48,6 +48,7 @@ def test_every_known_key_is_read(tmp_path: Path) -> None:
 confinement = "vendor"
 [database]
 url = "postgresql://ops@db.example:5432/saphan"
+write_retry_seconds = 5
 [ssh]
 connect_timeout = 3
 command_timeout = 45
@@ -57,11 +58,13 @@ env_key = "LOCAL_KEY"
 """))
     assert cfg.confinement == "vendor"
     assert cfg.database_url == "postgresql://ops@db.example:5432/saphan"
+    assert cfg.write_retry_seconds == 5
     assert (cfg.ssh_connect_timeout, cfg.ssh_command_timeout) == (3, 45)
     assert (cfg.codex_base_url, cfg.codex_env_key) == ("http://127.0.0.1:9000/v1", "LOCAL_KEY")
     # Every key in the schema was exercised above: a new key needs a line here.
     assert {(s, k) for s, keys in SCHEMA.items() for k in keys} == {
-        ("run", "confinement"), ("database", "url"), ("ssh", "connect_timeout"),
+        ("run", "confinement"), ("database", "url"), ("database", "write_retry_seconds"),
+        ("ssh", "connect_timeout"),
         ("ssh", "command_timeout"), ("codex", "base_url"), ("codex", "env_key")}
 
 
@@ -79,6 +82,10 @@ env_key = "LOCAL_KEY"
     ("[database]\nurl = \"mysql://x\"\n", "database.url 'mysql://x' is neither"),
     ("[database]\nurl = \"sqlite:relative.db\"\n", "is neither \"sqlite\""),
     ("[ssh]\nconnect_timeout = 0\n", "ssh.connect_timeout is 0; give a number of seconds >= 1"),
+    ("[database]\nwrite_retry_seconds = 3601\n",
+     "database.write_retry_seconds is 3601; give 0..3600 seconds"),
+    ("[database]\nwrite_retry_seconds = -1\n",
+     "database.write_retry_seconds is -1; give 0..3600 seconds"),
     ("[ssh]\ncommand_timeout = -5\n", "ssh.command_timeout is -5"),
     ("[run\n", "is not valid TOML"),
 ])

@@ -87,8 +87,8 @@ def reserve_seat(
     raise refusals.seat_full(
         seat_full_message(slot, holding),
         f"wait for a holder to finish, raise the capacity with `saphan slot set "
-        f"{slot.machine} {slot.name} --max-sessions N`, or end a stuck run with "
-        "`saphan runs finalize ID`",
+        f"{slot.machine} {slot.name} --max-sessions N`, or end a run with `saphan runs "
+        "cancel ID` (it ends the run's processes and records it cancelled)",
     )
 
 

@@ -26,6 +26,7 @@ def _engine(ctx: click.Context) -> Engine:
     obj = ctx.find_root().obj
     if obj.get("engine") is None:
         obj["engine"] = Engine(obj.get("home"))
+        obj["engine"].ctx.verb = ctx.command_path  # named in what reconciliation writes
         # SSH connections (and the store) are closed when the command ends.
         ctx.find_root().call_on_close(obj["engine"].close)
     engine: Engine = obj["engine"]
@@ -573,9 +574,12 @@ def run(
     if as_json:
         click.echo(record.to_json())
     else:
+        from saphan.run.end import signal_text
+
         enforced = record.enforced_by or {}
         click.echo(
-            f"run {record.id} {record.outcome} (exit {record.exit_code}); enforced by "
+            f"run {record.id} {record.outcome} (exit {signal_text(record.exit_code)}); "
+            "enforced by "
             f"{enforced.get('mechanism')} {enforced.get('version')}; "
             f"record: saphan runs show {record.id}", err=True,
         )
@@ -686,13 +690,15 @@ def runs_list(ctx: click.Context, limit: int, as_json: bool) -> None:
     if as_json:
         _emit_json([r.data for r in records])
     else:
+        from saphan.run.end import signal_text
+
         rows = []
         for r in records:
             d = r.data
             enforced = (d.get("enforced_by") or {}).get("mechanism", "-")
             rows.append([d["id"], d["machine"], d["slot"], d.get("session_ordinal"),
                          d["started_at"], d.get("outcome") or d.get("state"),
-                         d.get("exit_code") if d.get("exit_code") is not None
+                         signal_text(d["exit_code"]) if d.get("exit_code") is not None
                          else (d.get("refusal") or {}).get("class", ""), enforced,
                          f"!{r.signature}" if r.signature_flagged else r.signature])
         _table(["id", "machine", "slot", "ord", "started", "outcome", "exit/class", "enforced",
@@ -784,6 +790,8 @@ def _show_record(record: RunRecord) -> None:
         if enforced.get("read_denials_and_carve_outs_by"):
             outer = enforced["read_denials_and_carve_outs_by"]
             echo(f"read denials by: {outer['mechanism']} {outer['version']}")
+    elif d.get("live") is not None:
+        echo("enforced_by: - (the run holds its seat; its boundary is not composed yet)")
     else:
         echo("enforced_by: nothing (the run did not start)")
     for line in (enforced or {}).get("pinned_settings") or []:
@@ -811,16 +819,25 @@ def _show_record(record: RunRecord) -> None:
 
         echo(f"model:       {d.get('model')}  (pinned)" if d.get("model") else "model:       -")
         echo(f"usage:       {summary(d['usage'])}")
+    if d.get("network"):
+        echo(f"network:     {d['network']}")
     for path in d.get("writable") or []:
         echo(f"writable:    {path}")
     for path in (d.get("policy") or {}).get("read_denials", []):
         echo(f"unreadable:  {path}")
     echo(f"started:     {d.get('started_at')}")
-    echo(f"finished:    {d.get('finished_at')}")
-    echo(f"outcome:     {d.get('outcome')}  exit: {d.get('exit_code')}")
+    live = d.get("live")
+    if live is not None:
+        holder, life = live.get("holder") or {}, live.get("liveness") or {}
+        echo(f"holder:      pid {holder.get('pid')} on {holder.get('host')} "
+             f"({life.get('state', 'unknown')}: {life.get('evidence', 'not read')})")
+        echo(f"finished:    - (live: {d.get('state')})")
+    else:
+        echo(f"finished:    {d.get('finished_at')}")
+    from saphan.run.end import signal_text
+
+    echo(f"outcome:     {d.get('outcome') or '-'}  exit: {signal_text(d.get('exit_code'))}")
     if d.get("refusal"):
-    if d.get("network"):
-        echo(f"network:     {d['network']}")
         echo(f"refusal:     [{d['refusal']['class']}] {d['refusal']['message']}")
     for change in d.get("protected_changes") or []:
         echo(f"protected:   {change.get('name')} ({change.get('what')})")
@@ -852,6 +869,45 @@ def runs_finalize(ctx: click.Context, run_id: str, reason: str, force: bool) -> 
     record = _engine(ctx).finalize(run_id, reason=reason, force=force)
     click.echo(f"finalised run {record.id} (outcome {record.outcome}; record signature "
                f"{record.signature})")
+
+
+@runs.command("cancel")
+@click.argument("run_id", metavar="ID")
+@click.option("--signal", "sig", default="SIGTERM", show_default=True, metavar="S",
+              help="What the run's command gets first: SIGTERM, SIGINT, SIGHUP or SIGKILL "
+                   "(or TERM, 15, ...).")
+@click.option("--grace", type=click.FloatRange(0, 600), default=10.0, show_default=True,
+              metavar="SECS", help="How long the command has before SIGKILL (0..600).")
+@click.option("--json", "as_json", is_flag=True, help="Print the final record as JSON.")
+@click.pass_context
+def runs_cancel(ctx: click.Context, run_id: str, sig: str, grace: float,
+                as_json: bool) -> None:
+    """End a live run's whole process tree, here or on its far machine, and
+    record it `cancelled`.
+
+    The saphan process driving the run records it when it is alive (it gets
+    the request, passes the signal on, waits for its tree); when it is gone,
+    runs cancel ends what still runs and records it. After --grace seconds
+    what is left gets SIGKILL. Exit 0 when the run is ended (cancelled, or it
+    had ended on its own: said so); 1 when something of it could not be
+    ended (its row then stays live, its seat held); 2 when it is not live.
+    """
+    from saphan.run.end import signal_text
+
+    try:
+        done = _engine(ctx).cancel(run_id, signal=sig, grace=grace)
+    except RuntimeError as e:
+        _fail(EXIT_FAILED, f"error: cancel: {e}")
+    rec = done.record
+    if as_json:
+        click.echo(rec.to_json())
+    who = {"driver": "by its own saphan process", "cancel": "by runs cancel (its driver was "
+           "gone)", "itself": "on its own, before the cancel took effect"}[done.recorded_by]
+    click.echo(f"run {rec.id} {rec.outcome} (exit {signal_text(rec.exit_code)}), recorded "
+               f"{who}, after {done.waited:.1f} s; record: saphan runs show {rec.id}",
+               err=as_json)
+    for step in done.steps:
+        click.echo(f"  {step}", err=as_json)
 
 
 # -- permission classes -----------------------------------------------------------
@@ -970,7 +1026,10 @@ def config_check(ctx: click.Context) -> None:
 
 
 def _fail(code: int, text: str) -> NoReturn:
-    click.echo(text, err=True)
+    from contextlib import suppress
+
+    with suppress(OSError):  # the terminal is gone (SIGHUP): the exit status says it
+        click.echo(text, err=True)
     sys.exit(code)
 
 

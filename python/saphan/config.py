@@ -22,7 +22,7 @@ CONFINEMENT_MODES = ("engine", "vendor")
 #: section -> {key: python type} (``object``: any TOML value; checked later)
 SCHEMA: dict[str, dict[str, type]] = {
     "run": {"confinement": object},
-    "database": {"url": str},
+    "database": {"url": str, "write_retry_seconds": int},
     "ssh": {"connect_timeout": int, "command_timeout": int},
     "codex": {"base_url": str, "env_key": str},
 }
@@ -49,6 +49,9 @@ class Config:
     #: as written, any TOML value: :func:`confinement_mode` is the check
     confinement: object
     database_url: str
+    #: how long a run's outcome is retried on the store once its record file
+    #: holds it (run/record.py); 0 tries once
+    write_retry_seconds: int = 30
     #: seconds to reach an SSH machine and finish the handshake
     ssh_connect_timeout: int = 10
     #: seconds one non-streaming SSH command may take (a run has no limit)
@@ -104,6 +107,11 @@ def load(path: Path) -> Config:
             "nor a postgresql:// URL; fix: set url = \"sqlite\" (or a postgresql://USER@HOST/DB "
             "URL) under [database]"
         )
+    retry = db.get("write_retry_seconds", 30)
+    if not 0 <= retry <= 3600:
+        raise UserError(f"{path}: database.write_retry_seconds is {retry}; give 0..3600 "
+                        "seconds; fix: write_retry_seconds = 30 under [database], or remove "
+                        "it for the default")
     ssh = data.get("ssh", {})
     for key in ("connect_timeout", "command_timeout"):
         if key in ssh and ssh[key] < 1:
@@ -111,6 +119,7 @@ def load(path: Path) -> Config:
                             f"fix: {key} = 10 under [ssh], or remove it for the default")
     return Config(
         path=path, confinement=run.get("confinement", "engine"), database_url=url,
+        write_retry_seconds=retry,
         ssh_connect_timeout=ssh.get("connect_timeout", 10),
         ssh_command_timeout=ssh.get("command_timeout", 120),
         codex_base_url=data.get("codex", {}).get("base_url"),
@@ -143,6 +152,7 @@ def effective(config: Config, *, workspace: Path, key_path: Path,
     values: dict[str, object] = {
         "run.confinement": config.confinement,
         "database.url": redact_url(url),
+        "database.write_retry_seconds": config.write_retry_seconds,
         "ssh.connect_timeout": config.ssh_connect_timeout,
         "ssh.command_timeout": config.ssh_command_timeout,
         "codex.base_url": (redact_url(config.codex_base_url)

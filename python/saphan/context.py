@@ -8,6 +8,7 @@ the store or reading the configuration happens on first use.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,11 +25,18 @@ if TYPE_CHECKING:
 
 
 class Context:
-    def __init__(self, workspace: Workspace):
+    def __init__(self, workspace: Workspace,
+                 on_open: Callable[[Context], object] | None = None):
         self.workspace = workspace
         self._config: Config | None = None
         self._store: Store | None = None
         self._ssh: dict[str, SSHConnection] = {}
+        #: called once, when the store is first opened (the Engine passes
+        #: run/live.reconcile: what the store missed is finished then)
+        self.on_open = on_open
+        #: the verb this context serves (``saphan runs list``), for the notes
+        #: it writes; None under the Python API
+        self.verb: str | None = None
 
     # -- workspace, configuration, store ---------------------------------------
     @property
@@ -49,7 +57,12 @@ class Context:
         if self._store is None:
             from saphan.store import open_store
 
-            self._store = open_store(self.config.database_url, self.workspace.sqlite_path)
+            self._store = store = open_store(self.config.database_url,
+                                             self.workspace.sqlite_path)
+            hook, self.on_open = self.on_open, None
+            if hook is not None:
+                hook(self)
+            return store
         return self._store
 
     def record_key(self) -> bytes:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from saphan.config import Config
     from saphan.liveness import RemoteCheck
     from saphan.records import RunRecord
+    from saphan.run.cancel import Cancelled
     from saphan.store import Store
     from saphan.store.rows import Machine, Slot
     from saphan.tools.launch import Request as AgentRequest
@@ -31,7 +32,8 @@ class Engine:
 
     def __init__(self, home: str | os.PathLike[str] | None = None):
         self.workspace = Workspace.resolve(home)
-        self.ctx = Context(self.workspace)
+        # The first use of the store finishes what it missed (run/live.reconcile).
+        self.ctx = Context(self.workspace, on_open=_reconcile)
 
     # -- workspace ---------------------------------------------------------------
     def init(self, database_url: str | None = None) -> list[str]:
@@ -175,18 +177,17 @@ class Engine:
     # -- runs ----------------------------------------------------------------------
     def runs(self, limit: int = 50) -> list[RunRecord]:
         """The newest runs, each verified against the record key (``.signature``)."""
-        from saphan.records import RunRecord
+        from saphan.run import live
 
-        rows = self.store.list_runs(limit)
-        if not rows:
-            return []  # no key read, no hashing: an empty list stays cheap
-        key = self.workspace.record_key()
-        return [RunRecord.from_row(r, key) for r in rows]
+        return live.listing(self.ctx, limit)
 
     def run_record(self, run_id: str) -> RunRecord:
         """One run's record (id, unique prefix or "last"), verified against the
-        record key; check ``.signature`` ("valid" / "invalid" / "missing" / "pending")."""
-        return self.ctx.run_record(run_id)
+        record key; check ``.signature`` ("valid" / "invalid" / "missing" / "pending").
+        A live run's carries ``live``: its holder, read where it runs (run/live.py)."""
+        from saphan.run import live
+
+        return live.view(self.ctx, self.ctx.find_run(run_id), self.ctx.record_key(), dial=True)
 
     def finalize(self, run_id: str, *, reason: str = "operator",
                  force: bool = False) -> RunRecord:
@@ -194,6 +195,12 @@ class Engine:
         from saphan.run import record
 
         return record.finalize_by_operator(self.ctx, run_id, reason=reason, force=force)
+
+    def cancel(self, run_id: str, *, signal: str = "SIGTERM", grace: float = 10.0) -> Cancelled:
+        """End a live run's process tree and record it cancelled (run/cancel.py)."""
+        from saphan.run import cancel
+
+        return cancel.cancel(self.ctx, run_id, sig=signal, grace=grace)
 
     def run(self, machine: str, slot: str, argv: Sequence[str], *,
             workdir: str | os.PathLike[str] | None = None, stream: bool = True,
@@ -212,3 +219,9 @@ class Engine:
         return pipeline.run(self.ctx, machine, slot, argv, workdir=workdir, stream=stream,
                             boundary=boundary, repo=repo, base_ref=base_ref,
                             keep_worktree=keep_worktree, request=request, view=view)
+
+
+def _reconcile(ctx: Context) -> None:
+    from saphan.run import live
+
+    live.reconcile(ctx)

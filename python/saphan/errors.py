@@ -6,6 +6,7 @@
                      the run (or verb) does not happen; exit 3, recorded
     TransportError   a machine could not be reached or spoken to (exit 1)
     StoreError       the database could not do what was asked
+    RecordPending    a run's outcome is in its record file, not yet in the store
     Interrupted      SIGINT/SIGTERM reached saphan while a run's child ran
     NotGrantable     a path fails the grant rule (no link at any component)
     PlantedLink      saphan's own file operation met a link or odd file type
@@ -45,6 +46,18 @@ class TransportError(Exception):
 
 class StoreError(Exception):
     """The database could not do what was asked; the message names the store."""
+
+
+class RecordPending(StoreError):
+    """A run ended and its signed outcome is in ``runs/<id>/record.json``, but
+    the store could not be written within its retry budget. ``str`` says what
+    is pending and where the record is; the next saphan command that reaches
+    the store records it (run/live.py reconciles)."""
+
+    def __init__(self, message: str, *, run_id: str, path: str):
+        super().__init__(message)
+        self.run_id = run_id
+        self.path = path
 
 
 class Interrupted(Exception):

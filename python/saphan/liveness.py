@@ -15,15 +15,15 @@ computed by the same :func:`judge`. Unreachable is "unknown".
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
-@dataclass(frozen=True)
-class Holder:
+# NamedTuples, not dataclasses: `runs list` of a live run imports this module,
+# and the dataclass machinery (with `socket` for the host name) cost ~7 ms of it.
+class Holder(NamedTuple):
     host: str
     pid: int
     start_ticks: int | None
@@ -33,8 +33,7 @@ class Holder:
         return (self.host, self.pid, self.start_ticks, self.boot_id)
 
 
-@dataclass(frozen=True)
-class Liveness:
+class Liveness(NamedTuple):
     state: str  # "alive" | "dead" | "unknown"
     evidence: str
 
@@ -66,7 +65,8 @@ def process_start_ticks(pid: int) -> int | None:
 
 
 def this_host() -> str:
-    return socket.gethostname()
+    """The host name (what socket.gethostname() returns: the kernel's node name)."""
+    return os.uname().nodename
 
 
 def current_holder() -> Holder:

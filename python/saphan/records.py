@@ -228,14 +228,25 @@ def verify_run_row(key: bytes, row: RunRow) -> tuple[dict[str, Any], dict[str, A
     return record, {"status": "valid"}
 
 
+def verify_record(key: bytes, record: dict[str, Any]) -> bool:
+    """True when ``record`` (a record file's content) carries a signature
+    that verifies against ``key``: saphan wrote it with this workspace's key."""
+    signature = record.get(SIGNATURE_FIELD)
+    return isinstance(signature, str) and _same(_record_mac(key, record), signature)
+
+
 def finalised_record_json(
-    key: bytes, row: RunRow, *, outcome: str, note: str, finished_at: str
+    key: bytes, row: RunRow, *, outcome: str, note: str, finished_at: str,
+    live: dict[str, Any] | None = None, exit_code: int | None = None,
 ) -> str:
     """The signed record for a live run finalised without its runner (by the
-    operator, or because its holder is dead): the run's own record if it
-    verifies, else what was found kept apart as unverified, never re-signed as
-    saphan's own."""
+    operator, by `runs cancel`, or because its holder is dead): the run's own
+    record if it verifies, else what was found kept apart as unverified, never
+    re-signed as saphan's own. ``live``: the run's live record file, already
+    verified (run/live.read_record), used when the row holds no record yet."""
     found, verified = verify_run_row(key, row)
+    if verified["status"] == "pending" and live is not None:
+        found = live
     record: dict[str, Any]
     if verified["status"] in ("valid", "pending"):
         record = {k: v for k, v in found.items() if k != SIGNATURE_FIELD}
@@ -255,7 +266,7 @@ def finalised_record_json(
     columns = _columns(row)
     record.setdefault("started_at", columns.pop("started_at"))
     record.update(columns)
-    record.update({"state": "ended", "outcome": outcome, "exit_code": None,
+    record.update({"state": "ended", "outcome": outcome, "exit_code": exit_code,
                    "finished_at": finished_at})
     return signed_record_json(key, record)
 

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import os
 import signal
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from saphan.errors import Interrupted
 from saphan.refusals import seat_full
-from saphan.run.end import RunEnd
+from saphan.run.end import (
+    CANCEL_REQUEST,
+    RunEnd,
+    cancel_request,
+    requested_signal,
+    signal_text,
+    write_cancel_request,
+)
 
 
 def _record() -> dict[str, Any]:
@@ -79,3 +91,65 @@ def test_a_refusal_after_composition_claims_no_enforcement() -> None:
     assert record["enforced_by"] is None
     assert record["composed_boundary"] == {"mechanism": "bubblewrap"}
     assert (end.outcome, end.state, end.refusal_class) == ("refused", "refused", "bypass-token")
+
+
+# -- the cancel request and how a cancelled run ends ------------------------------------
+
+def test_a_cancel_request_round_trips_and_names_the_signal(tmp_path: Path) -> None:
+    assert cancel_request(tmp_path) is None
+    assert requested_signal(tmp_path) == signal.SIGTERM  # no request: SIGTERM
+    write_cancel_request(tmp_path / "run", {"signal": "SIGHUP", "grace": 3})
+    assert cancel_request(tmp_path / "run") == {"signal": "SIGHUP", "grace": 3}
+    assert requested_signal(tmp_path / "run") == signal.SIGHUP
+    write_cancel_request(tmp_path / "run", {"signal": "SIGKILL", "grace": 0})  # replaced
+    assert requested_signal(tmp_path / "run") == signal.SIGKILL
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [CANCEL_REQUEST]
+
+
+@pytest.mark.parametrize("content", [
+    b'{"signal": "SIGSTOP"}', b'{"signal": 9}', b'["SIGTERM"]', b"not json", b"",
+])
+def test_a_request_not_in_saphans_shape_is_no_request(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / CANCEL_REQUEST).write_bytes(content)
+    assert cancel_request(tmp_path) is None
+    assert requested_signal(tmp_path) == signal.SIGTERM
+
+
+def test_a_request_is_never_read_through_a_link(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"signal": "SIGKILL"}))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    os.symlink(elsewhere, run_dir / CANCEL_REQUEST)
+    assert cancel_request(run_dir) is None
+    # Written, a request replaces the link itself: nothing is written through it.
+    write_cancel_request(run_dir, {"signal": "SIGTERM"})
+    assert not (run_dir / CANCEL_REQUEST).is_symlink()
+    assert requested_signal(run_dir) == signal.SIGTERM
+    assert json.loads(elsewhere.read_text()) == {"signal": "SIGKILL"}
+
+
+def test_a_cancelled_run_keeps_its_status_and_says_who_recorded_it() -> None:
+    end, record = RunEnd(), _record()
+    end.absorb(Interrupted(signal.SIGTERM, -signal.SIGTERM), record)
+    end.cancelled({"signal": "SIGTERM", "grace": 10, "requested_at": "T"}, record)
+    assert (end.outcome, end.state, end.exit_code) == ("cancelled", "ended", -15)
+    assert record["cancel"]["signal"] == "SIGTERM"
+    assert record["notes"][-1].startswith("cancelled by `saphan runs cancel` (requested at T, "
+                                          "signal SIGTERM, grace 10 s)")
+    assert "the command ended interrupted with status SIGTERM" in record["notes"][-1]
+
+
+def test_a_refusal_stays_a_refusal_when_a_cancel_was_asked() -> None:
+    end, record = RunEnd(), _record()
+    end.absorb(seat_full("full", "wait"), record)
+    end.cancelled({"signal": "SIGTERM"}, record)
+    assert (end.outcome, end.state) == ("refused", "refused") and "cancel" not in record
+
+
+@pytest.mark.parametrize(("code", "text"), [
+    (None, "-"), (0, "0"), (7, "7"), (143, "143"), (-15, "SIGTERM"), (-9, "SIGKILL"),
+    (-1, "SIGHUP"), (-99, "signal 99"),
+])
+def test_an_exit_status_is_printed_with_signals_by_name(code: int | None, text: str) -> None:
+    assert signal_text(code) == text

@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import PgServer
 from saphan.context import Context
 from saphan.errors import Interrupted
 from saphan.ids import new_run_id
@@ -21,7 +23,9 @@ from saphan.records import SIGNATURE_FIELD, sign_record
 from saphan.refusals import Refusal
 from saphan.run import record as recorder
 from saphan.run.record import RunEnd
+from saphan.store.rows import Machine, Slot
 from saphan.timefmt import now_iso
+from saphan.workspace import Workspace
 
 
 def _base(slot: str = "s1") -> dict[str, Any]:
@@ -240,3 +244,157 @@ def test_write_file_replaces_atomically(ctx: Context) -> None:
     recorder.write_file(ctx, {**record, "state": "ended"})
     assert _file(ctx, record["id"])["state"] == "ended"
     assert sorted(p.name for p in Path(path).parent.iterdir()) == ["record.json"]
+
+
+# -- an outcome is never lost: the file first, the store retried -------------------------------
+
+@pytest.fixture
+def pg(workspace: Workspace, pg_server: PgServer) -> tuple[PgServer, str]:
+    """The workspace on a PostgreSQL database of its own (these tests cut
+    its connections), machine m and slot s1: the server and the database."""
+    name = f"rec_{os.getpid()}_{time.monotonic_ns() % 10**9}"
+    pg_server.psql(f"CREATE DATABASE {name}")
+    workspace.config_path.write_text(f'[database]\nurl = "{pg_server.url(name)}"\n')
+    c = Context(workspace)
+    c.store.add_machine(Machine("m", "local"))
+    c.store.add_slot(Slot("m", "s1", "command", None))
+    c.close()
+    return pg_server, name
+
+
+def _with_retry(workspace: Workspace, seconds: int) -> Context:
+    """A context on the workspace whose retry budget is ``seconds``."""
+    cfg = workspace.config_path
+    cfg.write_text(cfg.read_text() + f"write_retry_seconds = {seconds}\n")
+    return Context(workspace)
+
+
+def _cut(ctx: Context, pg: tuple[PgServer, str], *, allow: bool) -> None:
+    """End ctx's connection from the server side; with ``allow`` False no new
+    connection to the database is accepted until it is allowed again."""
+    pid = ctx.store.db.execute("SELECT pg_backend_pid()")[0][0]
+    server, db = pg
+    server.psql(f"ALTER DATABASE {db} ALLOW_CONNECTIONS {'true' if allow else 'false'}")
+    server.psql(f"SELECT pg_terminate_backend({int(pid)})")
+
+
+def test_a_connection_lost_before_the_end_is_reopened_and_nothing_is_lost(
+        workspace: Workspace, pg: tuple[PgServer, str]) -> None:
+    c = _with_retry(workspace, 10)
+    try:
+        record = _reserved(c)
+        recorder.running(c, record)
+        _cut(c, pg, allow=True)  # what a restart does to the connection
+        end = RunEnd()
+        end.exited(7)
+        recorder.finished(c, record, end)
+        row = c.store.get_run(record["id"])
+        assert row is not None and not row.live and (row.outcome, row.exit_code) == ("failed", 7)
+        assert c.run_record(record["id"]).signature == "valid"
+        assert _file(c, record["id"])["exit_code"] == 7
+    finally:
+        c.close()
+
+
+def test_a_store_that_stays_away_leaves_the_outcome_in_the_record_file(
+        workspace: Workspace, pg: tuple[PgServer, str]) -> None:
+    from saphan.errors import RecordPending
+
+    c = _with_retry(workspace, 2)
+    record = _reserved(c)
+    recorder.running(c, record)
+    _cut(c, pg, allow=False)
+    end = RunEnd()
+    end.exited(7)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RecordPending) as info:
+            recorder.finished(c, record, end)
+        took = time.monotonic() - t0
+    finally:
+        pg[0].psql(f"ALTER DATABASE {pg[1]} ALLOW_CONNECTIONS true")
+        c.close()
+    assert 1.5 <= took < 6, took  # the budget (2 s), not a hang
+    path = c.workspace.run_dir(record["id"]) / "record.json"
+    message = str(info.value)
+    assert f"run {record['id']} ended (failed, exit 7)" in message
+    assert f"its signed record is in {path}" in message
+    assert "could not be written for 2 s" in message and "the next saphan command" in message
+    assert (info.value.run_id, info.value.path) == (record["id"], str(path))
+    on_disk = _file(c, record["id"])
+    assert _file_verifies(c, on_disk)
+    assert (on_disk["state"], on_disk["outcome"], on_disk["exit_code"]) == ("ended", "failed", 7)
+    fresh = Context(c.workspace)  # no reconciliation hook: the row as the store has it
+    try:
+        row = fresh.store.get_run(record["id"])
+        assert row is not None and row.live  # the store never heard (run/live reconciles it)
+    finally:
+        fresh.close()
+
+
+def test_running_names_the_process_driving_the_run(ctx: Context) -> None:
+    record = _reserved(ctx)
+    recorder.running(ctx, record)
+    me = current_holder()
+    assert _file(ctx, record["id"])["driven_by"] == {
+        "host": me.host, "pid": os.getpid(), "start_ticks": me.start_ticks,
+        "boot_id": me.boot_id}
+
+
+def test_a_run_with_a_cancel_request_ends_cancelled(ctx: Context) -> None:
+    from saphan.run.end import write_cancel_request
+
+    record = _reserved(ctx)
+    recorder.running(ctx, record)
+    write_cancel_request(ctx.workspace.run_dir(record["id"]),
+                         {"signal": "SIGTERM", "grace": 10, "requested_at": "T"})
+    end = RunEnd()
+    end.absorb(Interrupted(signal.SIGTERM, -15), record)
+    recorder.finished(ctx, record, end)
+    row = ctx.store.get_run(record["id"])
+    assert row is not None and (row.outcome, row.exit_code) == ("cancelled", -15)
+    rec = ctx.run_record(record["id"])
+    assert rec.signature == "valid" and rec.data["cancel"]["signal"] == "SIGTERM"
+    assert "the run's own driver recorded it" in rec.data["notes"][-1]
+    assert _file(ctx, record["id"])["outcome"] == "cancelled"
+
+
+def test_cancelled_by_operator_keeps_the_live_record_and_the_far_status(ctx: Context) -> None:
+    from saphan.run.live import read_record
+
+    record = _reserved(ctx)
+    recorder.running(ctx, {**record, "enforced_by": {"mechanism": "landlock"}})
+    row = ctx.store.get_run(record["id"])
+    assert row is not None
+    found = read_record(ctx, ctx.record_key(), row)
+    assert found is not None
+    assert recorder.cancelled_by_operator(
+        ctx, row, note="cancelled here", live=found, exit_code=143,
+        extra={"far_status": ["saphan-launcher: exited code=143 reaped=0"]})
+    rec = ctx.run_record(record["id"])
+    assert rec.signature == "valid"
+    assert (rec.outcome, rec.exit_code, rec.data["state"]) == ("cancelled", 143, "ended")
+    assert rec.data["argv"] == ["/bin/true"] and rec.data["enforced_by"] == {
+        "mechanism": "landlock"}
+    assert rec.data["notes"][-1] == "cancelled here"
+    assert _file(ctx, record["id"])["outcome"] == "cancelled"
+    # Once finished, nothing is finished twice; the file follows the store.
+    assert not recorder.cancelled_by_operator(ctx, row, note="again", live=found,
+                                              exit_code=None, extra={})
+    assert _file(ctx, record["id"])["notes"][-1] == "cancelled here"
+
+
+def test_reconciled_writes_the_files_outcome_once(ctx: Context) -> None:
+    record = _reserved(ctx)
+    ended = {**record, "state": "ended", "outcome": "failed", "exit_code": 3,
+             "finished_at": now_iso()}
+    row = ctx.store.get_run(record["id"])
+    assert row is not None
+    found = json.loads(recorder.signed_json(ctx, ended))
+    assert recorder.reconciled(ctx, row, found, "reconciled by `saphan x` at T")
+    rec = ctx.run_record(record["id"])
+    assert rec.signature == "valid" and (rec.outcome, rec.exit_code) == ("failed", 3)
+    assert rec.data["notes"] == ["reconciled by `saphan x` at T"]
+    assert _file(ctx, record["id"])["notes"] == ["reconciled by `saphan x` at T"]
+    assert not recorder.reconciled(ctx, row, found, "reconciled again")
+    assert _file(ctx, record["id"])["notes"] == ["reconciled by `saphan x` at T"]

@@ -226,3 +226,20 @@ def test_the_store_describes_itself_and_closes(database_url: str, tmp_path: Path
         assert store.description.startswith("sqlite:///")
         assert store.description.endswith(str(tmp_path / "store.db"))
     store.close()
+
+
+def test_every_live_run_on_every_slot_and_a_reopened_connection(store: Store) -> None:
+    """all_live_runs: what reconciliation reads (live rows only, every slot);
+    reopen: a new connection that sees the same store."""
+    _machine_and_slot(store)
+    assert store.add_slot(Slot("m", "t", "command", 1))
+    assert store.all_live_runs() == []
+    _reserve(store, "a")
+    _reserve(store, "b", slot="t", capacity=1)
+    _reserve(store, "c")
+    store.finalize("c", state="ended", outcome="exited", exit_code=0)
+    assert sorted(r.id for r in store.all_live_runs()) == ["a", "b"]
+    store.reopen()
+    assert sorted(r.id for r in store.all_live_runs()) == ["a", "b"]
+    assert store.finalize("a", state="ended", outcome="exited", exit_code=0)
+    assert [r.id for r in store.all_live_runs()] == ["b"]

@@ -105,3 +105,19 @@ def test_a_transaction_is_invisible_to_others_until_it_commits(db: PostgresConne
             db.execute("INSERT INTO t (k, v) VALUES ('b', 'x')")
             db.execute("INSERT INTO t (k, v) VALUES ('a', 'x')")
         assert other.execute("SELECT k FROM t").fetchall() == [("a",)]
+
+
+def test_a_connection_the_server_cut_is_reopened(db: PostgresConnector, url: str) -> None:
+    """What a PostgreSQL restart does to saphan's connection (its backend
+    ends): the next statement fails as a StoreError naming the store, and
+    reopen() connects anew (run/record.py retries through it)."""
+    db.execute("INSERT INTO t VALUES (?, ?)", ("k", "before"))
+    pid = db.execute("SELECT pg_backend_pid()")[0][0]
+    with psycopg.connect(url, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(StoreError) as e:
+        db.execute("SELECT v FROM t")
+    assert db.description in str(e.value)
+    db.reopen()
+    assert db.execute("SELECT v FROM t") == [("before",)]
+    assert db.execute("SELECT pg_backend_pid()")[0][0] != pid

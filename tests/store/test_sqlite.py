@@ -80,3 +80,16 @@ def test_open_store_takes_the_workspace_default_or_the_path_in_the_url(tmp_path:
     s = open_store(f"sqlite://{named}", default)
     assert named.exists() and s.applied_versions()
     s.close()
+
+
+def test_reopen_connects_anew_with_the_same_settings(path: Path) -> None:
+    db = SQLiteConnector(path)
+    try:
+        db.execute("CREATE TABLE t (k TEXT)")
+        db.execute("INSERT INTO t VALUES ('x')")
+        db.reopen()
+        assert db.execute("SELECT k FROM t") == [("x",)]
+        assert db.execute("PRAGMA journal_mode") == [("wal",)]
+        assert db.execute("PRAGMA busy_timeout") == [(BUSY_TIMEOUT_MS,)]
+    finally:
+        db.close()

@@ -239,3 +239,56 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state not in (b"Z", b"X")
+
+
+def _signal_when_ready(ready: Path, signals: list[tuple[float, int]]) -> threading.Thread:
+    """Send this process each signal once the child made ``ready`` (and the
+    run's handler is in place), waiting the given seconds before each."""
+    before = signal.getsignal(signal.SIGTERM)
+
+    def send() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if ready.exists() and signal.getsignal(signal.SIGTERM) is not before:
+                for pause, sig in signals:
+                    time.sleep(pause)
+                    os.kill(os.getpid(), sig)
+                return
+            time.sleep(0.02)
+
+    t = threading.Thread(target=send)
+    t.start()
+    return t
+
+
+def test_a_cancel_request_names_the_signal_the_child_gets(tmp_path: Path) -> None:
+    """`runs cancel --signal SIGINT`: the request in the run's directory says
+    which signal the driver passes on (here the child reports what it got)."""
+    from saphan.run.end import write_cancel_request
+
+    ready = tmp_path / "ready"
+    write_cancel_request(tmp_path, {"signal": "SIGINT", "grace": 5})
+    script = (f"trap 'echo got-INT; exit 7' INT; trap 'echo got-TERM; exit 8' TERM; "
+              f"touch {ready}; while :; do sleep 0.05; done")
+    sender = _signal_when_ready(ready, [(0, signal.SIGTERM)])
+    with pytest.raises(Interrupted) as info:
+        local.run(["sh", "-c", script], cwd=str(tmp_path), run_dir=str(tmp_path),
+                  stream=False)
+    sender.join()
+    assert info.value.signum == signal.SIGTERM  # what reached saphan
+    assert info.value.exit_code == 7  # what the child got: SIGINT
+    assert (tmp_path / "stdout.log").read_text() == "got-INT\n"
+
+
+def test_a_second_signal_kills_a_child_that_ignores_the_first(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    sender = _signal_when_ready(ready, [(0, signal.SIGTERM), (0.5, signal.SIGTERM)])
+    t0 = time.monotonic()
+    with pytest.raises(Interrupted) as info:
+        # The watchdog (time_limit) only bounds this test should the second
+        # signal not kill: it would end the child ~18 s in, failing the timing.
+        local.run(["sh", "-c", f"trap '' TERM; touch {ready}; while :; do sleep 0.05; done"],
+                  cwd=str(tmp_path), run_dir=str(tmp_path), stream=False, time_limit=6)
+    sender.join()
+    assert info.value.exit_code == -signal.SIGKILL
+    assert time.monotonic() - t0 < 5

@@ -71,3 +71,32 @@ def test_catching_from_a_worker_thread_installs_nothing() -> None:
     assert errors == []
     assert seen == list(before.values())
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_sighup_is_caught_like_sigterm_then_restored() -> None:
+    """A closed terminal or SSH session (SIGHUP) reaches the run's handler,
+    which finalises the run, instead of killing saphan outright."""
+    got: list[int] = []
+    before = signal.getsignal(signal.SIGHUP)
+    with catching(lambda signum, _frame: got.append(signum)):
+        os.kill(os.getpid(), signal.SIGHUP)
+    assert got == [signal.SIGHUP]
+    assert signal.getsignal(signal.SIGHUP) is before
+
+
+def test_a_terminal_that_went_away_does_not_stop_the_log(tmp_path: Path) -> None:
+    """After a hangup, writing to the terminal fails (EIO); the log keeps
+    every chunk and the run goes on."""
+    r, w = os.pipe()
+    os.close(r)  # nobody reads the "terminal" any more: writes fail (EPIPE)
+    previous = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    term = os.fdopen(w, "wb", buffering=0)
+    log_path = tmp_path / "stdout.log"
+    try:
+        with open(log_path, "wb") as log:
+            tee(log, term, b"one ")
+            tee(log, term, b"two")
+        assert log_path.read_bytes() == b"one two"
+    finally:
+        signal.signal(signal.SIGPIPE, previous)
+        term.close()

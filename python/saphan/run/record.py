@@ -7,9 +7,23 @@ workspace record key (records.py) in the store and in ``runs/<id>/record.json``:
     running(...)             the boundary is composed, the tool starts
     still_running(...)       a far run whose connection was lost (left live)
     finished(...)            every lane's end: exited, failed, refused at
-                             composition, interrupted, error
+                             composition, interrupted, cancelled, error
     finalized_by_operator()  `saphan runs finalize`
-    holder_dead(...)         conflict handling found the holder dead
+    cancelled_by_operator()  `saphan runs cancel`, when the run's driver is gone
+    reconciled(...)          an outcome the record file holds and the store
+                             missed, recorded by the next command (run/live.py)
+    holder_dead(...)         conflict handling (or reconciliation) found the
+                             holder dead
+
+An outcome is never lost: it is written to ``record.json`` FIRST (a new file,
+fsync'd, renamed over the old one, the directory fsync'd), then to the store.
+The store is tried again with a bounded backoff — the first retry after
+0.25 s, each wait doubled up to 4 s, for at most ``database.write_retry_seconds``
+(30 s by default; a connection being opened when the budget ends may add
+PostgreSQL's 10 s connect timeout), reconnecting before each retry, so a
+PostgreSQL restart within that time loses nothing. Past it, :class:`RecordPending`
+says what is pending and where its record is; the next saphan command that
+opens the store finishes the row from the file (run/live.reconcile).
 
 A test holds every other module off the store's outcome-writing methods.
 """
@@ -18,12 +32,15 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from saphan.errors import RecordPending, StoreError
 from saphan.refusals import Refusal
-from saphan.run.end import RunEnd
+from saphan.run.end import RunEnd, cancel_request, signal_text
 from saphan.timefmt import now_iso
 
 if TYPE_CHECKING:
@@ -54,16 +71,72 @@ def signed_json(ctx: Context, record: dict[str, Any]) -> str:
         return json.dumps(record, sort_keys=True)
 
 
+#: the first wait before the store is tried again, and the longest (seconds)
+RETRY_FIRST_WAIT = 0.25
+RETRY_MAX_WAIT = 4.0
+
+
 def write_file(ctx: Context, record: dict[str, Any]) -> Path:
     """runs/<id>/record.json, signed like the store's copy."""
-    run_dir = ctx.workspace.run_dir(record["id"])
+    return _write_signed(ctx, record["id"], signed_json(ctx, dict(record)))
+
+
+def _write_signed(ctx: Context, run_id: str, record_json: str) -> Path:
+    """Write a signed record as runs/<id>/record.json, durably: a new file of
+    this process's own (never through a link), fsync'd, renamed over the old
+    one, then the directory fsync'd — so a crash leaves the old record or the
+    new one, whole."""
+    run_dir = ctx.workspace.run_dir(run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "record.json"
-    tmp = path.with_suffix(".json.tmp")
-    signed = json.loads(signed_json(ctx, dict(record)))
-    tmp.write_text(json.dumps(signed, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    tmp = run_dir / f".record.json.{os.getpid()}.tmp"
+    text = json.dumps(json.loads(record_json), indent=2, sort_keys=True) + "\n"
+    with suppress(FileNotFoundError):
+        tmp.unlink()  # one this process left by a crash between its create and rename
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
     return path
+
+
+def _to_store(ctx: Context, run_id: str, path: Path, what: str,
+              write: Callable[[], object]) -> object:
+    """``write`` the store, the record file already holding the outcome;
+    retried with the backoff the module docstring gives. RecordPending when
+    the budget is spent."""
+    budget = float(ctx.config.write_retry_seconds)
+    deadline = time.monotonic() + budget
+    wait = RETRY_FIRST_WAIT
+    while True:
+        try:
+            return write()
+        except StoreError as e:
+            last = e
+        if time.monotonic() + wait > deadline:
+            break
+        time.sleep(wait)
+        wait = min(wait * 2, RETRY_MAX_WAIT)
+        try:
+            ctx.store.reopen()
+        except StoreError as e:
+            last = e
+            if time.monotonic() >= deadline:
+                break
+    raise RecordPending(
+        f"run {run_id} {what}, and its signed record is in {path}, but the store "
+        f"({ctx.store.description}) could not be written for {budget:.0f} s ({last}); the "
+        f"outcome is pending there: the next saphan command that reaches the store records "
+        f"it from that file (e.g. `saphan runs show {run_id}`)", run_id=run_id, path=str(path))
 
 
 def refused(ctx: Context, base: dict[str, Any], tool: str, holder: Holder,
@@ -86,28 +159,57 @@ def refused(ctx: Context, base: dict[str, Any], tool: str, holder: Holder,
 
 
 def running(ctx: Context, record: dict[str, Any]) -> None:
-    """The boundary is composed and the tool is about to start."""
-    ctx.store.mark_running(record["id"])
+    """The boundary is composed and the tool is about to start: the live
+    record file (what `runs show` shows of a live run), naming the process
+    that drives the run (``driven_by``: this one, as liveness.py identifies
+    a process — `runs cancel` signals it, and nothing else, by that)."""
+    from saphan.liveness import current_holder
+
+    me = current_holder()
+    record["driven_by"] = {"host": me.host, "pid": me.pid, "start_ticks": me.start_ticks,
+                           "boot_id": me.boot_id}
     write_file(ctx, {**record, "state": "running"})
+    ctx.store.mark_running(record["id"])
 
 
 def still_running(ctx: Context, record: dict[str, Any]) -> None:
     """A far run whose connection was lost while its process ran: the row
     stays live with its far holder; conflict handling or the operator ends it."""
-    ctx.store.set_record(record["id"], signed_json(ctx, {**record, "state": "running"}))
-    write_file(ctx, {**record, "state": "running"})
+    live = signed_json(ctx, {**record, "state": "running"})
+    path = _write_signed(ctx, record["id"], live)
+    _to_store(ctx, record["id"], path, "is left running on its far machine",
+              lambda: ctx.store.set_record(record["id"], live))
 
 
 def finished(ctx: Context, record: dict[str, Any], end: RunEnd) -> None:
-    """Finalise a run's row by id and write its record file (every lane ends here)."""
+    """Finalise a run's row by id (every lane ends here): the record file
+    first, then the store (retried). A cancel request in the run's directory
+    (`saphan runs cancel`) makes the outcome ``cancelled``."""
+    request = cancel_request(ctx.workspace.run_dir(record["id"]))
+    if request is not None:
+        end.cancelled(request, record)
     record.update({"finished_at": now_iso(), "outcome": end.outcome,
                    "exit_code": end.exit_code, "state": end.state})
-    ctx.store.finalize(
-        record["id"], state=end.state, outcome=end.outcome, exit_code=end.exit_code,
-        refusal_class=end.refusal_class, record_json=signed_json(ctx, record),
-        finished_at=record["finished_at"],
-    )
-    write_file(ctx, record)
+    signed = signed_json(ctx, record)
+    path = _write_signed(ctx, record["id"], signed)
+    done = _to_store(
+        ctx, record["id"], path,
+        f"ended ({end.outcome}, exit {signal_text(end.exit_code)})",
+        lambda: ctx.store.finalize(
+            record["id"], state=end.state, outcome=end.outcome, exit_code=end.exit_code,
+            refusal_class=end.refusal_class, record_json=signed,
+            finished_at=record["finished_at"]))
+    if not done:
+        _file_from_store(ctx, record["id"])
+
+
+def _file_from_store(ctx: Context, run_id: str) -> None:
+    """The row was finished by someone else first (reconciliation, conflict
+    handling, the operator): the record file becomes the store's record, so
+    the two never disagree."""
+    row = ctx.store.get_run(run_id)
+    if row is not None and row.record_json:
+        _write_signed(ctx, run_id, row.record_json)
 
 
 def finalize_by_operator(ctx: Context, run_id: str, *, reason: str,
@@ -124,7 +226,8 @@ def finalize_by_operator(ctx: Context, run_id: str, *, reason: str,
     if seen is not None and seen.state == "alive" and not force:
         raise UserError(
             f"run {row.id}'s holder is alive ({seen.evidence}): ending its row would free "
-            "its seat while it runs; stop it first, or pass --force (recorded)")
+            f"its seat while it runs; end the run with `saphan runs cancel {row.id}`, or pass "
+            "--force (recorded)")
     held = "" if seen is None else f"; its holder was {seen.state} ({seen.evidence})"
     return finalized_by_operator(ctx, row, f"{reason}{' (--force)' if force else ''}{held}")
 
@@ -145,19 +248,70 @@ def finalized_by_operator(ctx: Context, row: RunRow, reason: str) -> RunRecord:
     return ctx.run_record(row.id)
 
 
+def cancelled_by_operator(ctx: Context, row: RunRow, *, note: str,
+                          live: dict[str, Any] | None, exit_code: int | None,
+                          extra: dict[str, Any]) -> bool:
+    """`saphan runs cancel` ends a run whose driver is gone (or did not end
+    it in time): outcome ``cancelled``, the file first, then the store.
+    ``live``: the run's verified live record (run/live.read_record);
+    ``extra``: what cancel measured (the signals sent, the far status).
+    False when the row was finished by someone else first."""
+    from saphan.records import finalised_record_json
+
+    now = now_iso()
+    record = json.loads(finalised_record_json(
+        ctx.record_key(), row, outcome="cancelled", note=note, finished_at=now, live=live,
+        exit_code=exit_code))
+    record.update(extra)
+    signed = signed_json(ctx, record)
+    path = _write_signed(ctx, row.id, signed)
+    done = bool(_to_store(ctx, row.id, path, "was cancelled",
+                          lambda: ctx.store.finalize(
+                              row.id, state="ended", outcome="cancelled", exit_code=exit_code,
+                              record_json=signed, finished_at=now)))
+    if not done:
+        _file_from_store(ctx, row.id)
+    return done
+
+
+def reconciled(ctx: Context, row: RunRow, found: dict[str, Any], note: str) -> bool:
+    """A live row whose record file — signed with this workspace's key, for
+    this run (run/live.read_record checked both) — says the run ended: the
+    store gets that outcome, with ``note`` (who reconciled it, when). The
+    store first, then the file, so a file never claims a reconciliation that
+    lost to the run's own driver. False when the row was finished already."""
+    record = {k: v for k, v in found.items() if k != "record_signature"}
+    record["notes"] = [*(record.get("notes") or []), note]
+    signed = signed_json(ctx, record)
+    refusal = record.get("refusal") or {}
+    done = ctx.store.finalize(
+        row.id, state=str(record["state"]), outcome=str(record["outcome"]),
+        exit_code=record.get("exit_code"),
+        refusal_class=refusal.get("class") if isinstance(refusal, dict) else None,
+        record_json=signed, finished_at=str(record["finished_at"]))
+    if done:
+        _write_signed(ctx, row.id, signed)
+    return done
+
+
 def holder_dead(store: Store, run: RunRow, evidence: str,
-                record_key: Callable[[], bytes] | None) -> None:
+                record_key: Callable[[], bytes] | None, *,
+                by: str = "finalised by conflict handling",
+                live: dict[str, Any] | None = None) -> None:
     """Conflict handling found the holder dead: finalise this run by id.
+    ``by`` opens the note (reconciliation: "reconciled by `saphan VERB` at
+    TIME"); ``live``: the run's verified live record, the base of the final one.
 
     Without ``record_key`` (store-level callers: tests, benches) the record is
     written unsigned and reads back flagged "missing"."""
-    note = f"finalised by conflict handling: holder dead ({evidence})"
+    note = f"{by}: holder dead ({evidence})"
     finished_at = now_iso()
     if record_key is not None:
         from saphan.records import finalised_record_json
 
         record_json = finalised_record_json(
-            record_key(), run, outcome="holder-dead", note=note, finished_at=finished_at
+            record_key(), run, outcome="holder-dead", note=note, finished_at=finished_at,
+            live=live,
         )
     else:
         record = run.record()

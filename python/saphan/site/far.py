@@ -16,6 +16,8 @@ directory it reports is re-derived here (:func:`verify_session_dir`).
                   the launcher's identity, the agent's path and digest, and for
                   a Claude slot this run's own session leaf, created there
     holder        a far holder's liveness facts (boot id, /proc/PID/stat)
+    signal        a far holder signalled (`runs cancel`), only if it is still
+                  that process (boot id, start time), or its own children
 
 Scripts use only POSIX sh and coreutils (sha256sum, or perl's shasum where it
 is absent; mktemp, tr).
@@ -414,6 +416,59 @@ def holder_liveness(conn: SSHConnection, holder: Holder) -> Liveness:
             return Liveness("unknown", f"/proc/{holder.pid}/stat on {conn.name} could not be "
                             f"parsed: {stat[:120]!r}")
     return judge(holder, here_boot=boot, ticks=ticks, state=state, where=conn.name)
+
+
+_SIGNAL = """\
+b=$(cat /proc/sys/kernel/random/boot_id)
+[ "$b" = {boot} ] || {{ echo gone=rebooted; exit 0; }}
+s=$(sed 's/.*) //' /proc/{pid}/stat 2>/dev/null) || s=
+set -f; set -- $s; set +f
+[ "$#" -ge 20 ] && [ "${{20}}" = {ticks} ] || {{ echo gone=pid; exit 0; }}
+case $1 in Z|X) echo gone=zombie; exit 0 ;; esac
+if [ {target} = children ]; then
+  sent=
+  for k in $(cat /proc/{pid}/task/*/children 2>/dev/null); do
+    p=$(sed 's/.*) //' "/proc/$k/stat" 2>/dev/null | cut -d' ' -f2)
+    [ "$p" = {pid} ] && kill -{sig} "$k" 2>/dev/null && sent="$sent $k"
+  done
+  echo "sent=$sent"
+else
+  kill -{sig} {pid} && echo sent={pid}
+fi
+"""
+
+#: the signals :func:`signal_holder` sends (saphan-launcher passes the first
+#: three on to its command, then ends what the command left)
+SIGNALS = ("TERM", "INT", "HUP", "KILL")
+
+
+def signal_holder(conn: SSHConnection, holder: Holder, sig: str, *,
+                  children: bool = False) -> str:
+    """Send ``sig`` (one of :data:`SIGNALS`) to a far run's holder — the
+    launcher the far script exec'd (run_script), as the row names it — in
+    one far script that first checks it is still that process: the boot id,
+    then the pid's start time (a reused pid is left alone). ``children``:
+    send it to the launcher's own children instead, as the far kernel lists
+    them (/proc/PID/task/*/children), each checked to still have the
+    launcher as its parent: SIGKILL there ends the command while the
+    launcher, a subreaper, still ends the rest of the tree. Nothing the run
+    wrote is read as a pid. Returns "sent ..." or "gone: why"."""
+    if sig not in SIGNALS:
+        raise ValueError(f"not a signal saphan sends to a far run: {sig!r}")
+    if holder.start_ticks is None or holder.boot_id is None:
+        return "gone: the holder's start time or boot id was not recorded; nothing was sent"
+    done = conn.run(_SIGNAL.format(boot=_q(holder.boot_id), pid=int(holder.pid),
+                                   ticks=int(holder.start_ticks), sig=sig,
+                                   target="children" if children else "holder"),
+                    timeout=conn.connect_timeout * 2)
+    got = _kv_lines(done.out)
+    if "sent" in got:
+        who = got["sent"].strip()
+        return f"sent SIG{sig} to pid {who}" if who else "sent nothing: no children left"
+    why = {"rebooted": f"{conn.name} rebooted since", "pid": f"pid {holder.pid} no longer "
+           f"runs on {conn.name} (or is another process)", "zombie": f"pid {holder.pid} on "
+           f"{conn.name} has exited"}.get(got.get("gone", ""), f"no answer ({done.err.strip()})")
+    return f"gone: {why}"
 
 
 # -- a run's control directory ---------------------------------------------------

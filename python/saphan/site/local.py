@@ -8,9 +8,10 @@ Seatbelt, the local Landlock boundary, or the tool's own sandbox), ``start``
 runs it and collects what the run left, ``settle`` releases what the run held
 and settles a --repo worktree. The pipeline (run/pipeline.py) finalises the
 row whatever happens: a normal exit, a refusal at composition, Ctrl-C or
-SIGTERM to saphan (forwarded to the child first), an unexpected error. Only
-SIGKILL leaves a live row, and the next conflict handling on the slot
-recovers it (capacity.py).
+SIGTERM or SIGHUP to saphan (forwarded to the child first), an unexpected
+error. Only SIGKILL leaves a live row (the jail dies with saphan), and the
+next saphan command recovers it (run/live.reconcile; conflict handling on the
+slot, capacity.py, too).
 """
 
 from __future__ import annotations

@@ -301,8 +301,8 @@ class SshSite:
                 f"the connection to {self.machine.name} was lost while the far process "
                 f"(pid {self.seen.get('pid')}) ran, and it could not be followed; the seat "
                 "stays held by it until conflict handling finds it dead (read on that "
-                "machine by pid, start time and boot id) or `saphan runs finalize --force` "
-                "ends it"
+                "machine by pid, start time and boot id) or `saphan runs cancel ID` ends it "
+                "there"
             )]
         return self.leave_live
 

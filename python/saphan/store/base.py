@@ -26,6 +26,11 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
+    def reopen(self) -> None:
+        """Drop the connection and open a new one (after the server went away
+        and came back: a PostgreSQL connection does not survive a restart)."""
+        self.db.reopen()
+
     # -- migrations ----------------------------------------------------------
     def applied_versions(self) -> list[int]:
         self.db.execute(q.CREATE_MIGRATIONS_TABLE)
@@ -199,6 +204,10 @@ class Store:
 
     def live_runs(self, machine: str, slot: str) -> list[RunRow]:
         return [RunRow.from_row(r) for r in self.db.execute(q.LIVE_RUNS_ON_SLOT, (machine, slot))]
+
+    def all_live_runs(self) -> list[RunRow]:
+        """Every live run, on every slot (reconciliation: a handful of rows)."""
+        return [RunRow.from_row(r) for r in self.db.execute(q.LIVE_RUNS_ALL)]
 
     def mark_running(self, run_id: str) -> None:
         self.db.execute(q.MARK_RUNNING, (run_id,))

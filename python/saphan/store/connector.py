@@ -28,6 +28,10 @@ class Connector(Protocol):
 
     def close(self) -> None: ...
 
+    def reopen(self) -> None:
+        """Close the connection and open a new one (StoreError if it cannot)."""
+        ...
+
 
 def rows(it: Iterator[Row] | list[Row]) -> list[Row]:
     return list(it)

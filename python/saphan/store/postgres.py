@@ -26,15 +26,23 @@ class PostgresConnector:
         import psycopg
 
         self._psycopg = psycopg
+        self._url = url
         self.description = redact_url(url)
+        self._db = self._connect()
+        self._cache: dict[str, str] = {}
+
+    def _connect(self) -> Any:
         try:
             # autocommit: every reservation attempt is its own READ COMMITTED
             # statement, so a losing insert affects zero rows instead of raising
             # a serialization failure.
-            self._db = psycopg.connect(url, autocommit=True, connect_timeout=10)
-        except psycopg.Error as e:
+            return self._psycopg.connect(self._url, autocommit=True, connect_timeout=10)
+        except self._psycopg.Error as e:
             raise StoreError(f"cannot connect to {self.description}: {e}") from None
-        self._cache: dict[str, str] = {}
+
+    def reopen(self) -> None:
+        self._db.close()
+        self._db = self._connect()
 
     def _sql(self, sql: str) -> str:
         out = self._cache.get(sql)

@@ -80,6 +80,11 @@ SELECT {RUN_COLUMNS} FROM runs
 WHERE machine = ? AND slot = ? AND finished_at IS NULL
 ORDER BY session_ordinal"""
 
+# Every live run of every slot: the few rows reconciliation looks at (the
+# partial index runs_live_seat holds exactly these).
+LIVE_RUNS_ALL = f"""
+SELECT {RUN_COLUMNS} FROM runs WHERE finished_at IS NULL ORDER BY started_at"""
+
 MARK_RUNNING = "UPDATE runs SET state = 'running' WHERE id = ? AND finished_at IS NULL"
 
 # A reservation whose request turned out bad before anything ran (nothing to

@@ -19,16 +19,24 @@ class SQLiteConnector:
 
     def __init__(self, path: Path):
         self.description = f"sqlite:///{path}"
+        self._path = path
+        self._db = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        path = self._path
         try:
             # isolation_level=None: autocommit; explicit transactions are ours.
-            self._db = sqlite3.connect(
-                str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
-            )
-            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA foreign_keys = ON")
+            db = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA foreign_keys = ON")
         except sqlite3.Error as e:
             raise StoreError(f"cannot open the SQLite store {path}: {e}") from None
+        return db
+
+    def reopen(self) -> None:
+        self._db.close()
+        self._db = self._connect()
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         try:

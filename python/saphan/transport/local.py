@@ -1,9 +1,10 @@
 """Start a composed command on this machine and stream its output.
 
 Output goes to the terminal (when asked) and to ``stdout.log``/``stderr.log``
-in the run directory, as it arrives. SIGINT/SIGTERM to saphan are forwarded
-to the child and the run still finalises: :class:`Interrupted` carries the
-signal up to the engine after the child has exited.
+in the run directory, as it arrives. SIGINT/SIGTERM/SIGHUP to saphan are
+forwarded to the child (as SIGTERM, or the signal `saphan runs cancel` asked
+for; a second one as SIGKILL) and the run still finalises: :class:`Interrupted`
+carries the signal up to the engine after the child has exited.
 """
 
 from __future__ import annotations
@@ -69,11 +70,17 @@ def set_dumpable(on: bool) -> bool:
     return _native.set_dumpable(on)
 
 
-def _forward_signals(proc: subprocess.Popen[bytes], got: list[int]) -> AbstractContextManager[None]:
+def _forward_signals(proc: subprocess.Popen[bytes], got: list[int],
+                     run_dir: str) -> AbstractContextManager[None]:
+    """The first signal to saphan sends the child SIGTERM, or the signal a
+    cancel request names (run/end.py); a second one sends SIGKILL."""
+    from saphan.run.end import requested_signal
+
     def handler(signum: int, _frame: object) -> None:
+        forward = signal.SIGKILL if got else requested_signal(run_dir)
         got.append(signum)
         with suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(forward)
 
     return catching(handler)
 
@@ -143,7 +150,7 @@ def run(
                 os.close(status_w)
                 status_w = -1
                 sinks[status_r] = (status_f, None)
-            with _forward_signals(proc, got):
+            with _forward_signals(proc, got, run_dir):
                 killed = _pump(sinks, proc, time_limit)
                 code = proc.wait()
             proc.stdout.close()  # type: ignore[union-attr]

@@ -1,0 +1,140 @@
+"""A run's outcome is never lost when saphan itself is signalled mid-run:
+SIGHUP (its terminal closed) and SIGTERM finalise the run, then saphan exits
+128+N; after SIGKILL, nothing of the run outlives saphan and the NEXT command
+of any kind (`saphan runs list` here) finishes the row (run/live.reconcile),
+not only the next reservation on that slot. Real bubblewrap runs, a real pty
+for the hangup, through the installed CLI."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import termios
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import Saphan, saphan_exe
+from run.test_cancel import processes_with, wait_running
+
+pytestmark = pytest.mark.usefixtures("bwrap_available")
+
+
+@pytest.fixture
+def here(saphan_sqlite: Saphan) -> Saphan:
+    saphan_sqlite.ok("machine", "add", "here", "--local")
+    saphan_sqlite.ok("slot", "add", "here", "s1", "--tool", "command")
+    return saphan_sqlite
+
+
+def _token() -> str:
+    return f"600.{os.getpid()}{time.monotonic_ns() % 10**6}"
+
+
+def _record_file(s: Saphan, run_id: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((s.home / "runs" / run_id / "record.json").read_text())
+    return data
+
+
+def _finished(s: Saphan, run_id: str) -> dict[str, Any]:
+    rec = s.ok("runs", "show", run_id, "--json").json()
+    assert isinstance(rec, dict)
+    assert rec["finished_at"] is not None and rec["signature"]["status"] == "valid", rec
+    on_disk = _record_file(s, run_id)
+    assert (on_disk["outcome"], on_disk["exit_code"], on_disk["finished_at"]) == (
+        rec["outcome"], rec["exit_code"], rec["finished_at"])
+    return rec
+
+
+def test_a_closed_terminal_finalises_the_run_then_saphan_exits_129(
+        here: Saphan, tmp_path: Path) -> None:
+    """saphan runs with a pty as its controlling terminal; the terminal is
+    closed (its master end): the kernel sends saphan SIGHUP and every later
+    write to the terminal fails. The run is finalised all the same."""
+    token = _token()
+    master, slave = os.openpty()
+
+    def take_terminal() -> None:  # in the child, after setsid: the pty is its terminal
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(
+        [saphan_exe(), "run", "--machine", "here", "--slot", "s1", "--workdir", str(tmp_path),
+         "--", "sh", "-c", f"echo started; sleep {token}"],
+        stdin=slave, stdout=slave, stderr=slave, env=here.env(), start_new_session=True,
+        preexec_fn=take_terminal)
+    os.close(slave)
+    os.set_blocking(master, False)
+    seen = b""
+    try:
+        run = wait_running(here)
+        deadline = time.monotonic() + 10
+        while b"started" not in seen and time.monotonic() < deadline:
+            try:
+                seen += os.read(master, 4096)
+            except BlockingIOError:
+                time.sleep(0.05)
+        assert b"started" in seen, seen
+        os.close(master)  # the terminal goes away: SIGHUP
+        master = -1
+        assert proc.wait(timeout=30) == 128 + signal.SIGHUP
+    finally:
+        if master >= 0:
+            os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    rec = _finished(here, run["id"])
+    assert rec["outcome"] == "interrupted"
+    assert "interrupted by SIGHUP" in rec["notes"]
+    assert processes_with(token) == []
+    shown = here.ok("runs", "show", run["id"]).out
+    assert "outcome:     interrupted  exit: " in shown and "exit: -15" not in shown
+
+
+def test_sigterm_finalises_the_run_then_saphan_exits_143(here: Saphan, tmp_path: Path) -> None:
+    token = _token()
+    proc = subprocess.Popen(
+        [saphan_exe(), "run", "--machine", "here", "--slot", "s1", "--workdir", str(tmp_path),
+         "--", "sleep", token], env=here.env(), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = wait_running(here)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "saphan: interrupted by SIGTERM; the run was finalised" in err
+    rec = _finished(here, run["id"])
+    assert (rec["outcome"], rec["exit_code"]) == ("interrupted", -signal.SIGTERM)
+    assert processes_with(token) == []
+    listed = here.ok("runs", "list").out.splitlines()[1]
+    assert "interrupted" in listed and "SIGTERM" in listed and "-15" not in listed
+
+
+def test_after_sigkill_the_next_command_of_any_kind_finishes_the_row(
+        here: Saphan, tmp_path: Path) -> None:
+    token = _token()
+    proc = subprocess.Popen(
+        [saphan_exe(), "run", "--machine", "here", "--slot", "s1", "--workdir", str(tmp_path),
+         "--", "sleep", token], env=here.env(), stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = wait_running(here)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while processes_with(token) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(token) == []  # the jail died with its saphan
+    # Not a reservation on that slot: a listing.
+    listed = here.ok("runs", "list").out.splitlines()
+    assert run["id"] in listed[1] and "holder-dead" in listed[1], listed
+    rec = here.ok("runs", "show", run["id"], "--json").json()
+    assert isinstance(rec, dict)
+    assert rec["outcome"] == "holder-dead" and rec["signature"]["status"] == "valid"
+    assert rec["notes"][-1].startswith("reconciled by `saphan runs list` at ")
+    assert f"holder dead (pid {proc.pid} does not exist on " in rec["notes"][-1]
+    assert rec["argv"][-1] == token  # the final record keeps what the live one said
+    assert rec["enforced_by"]["mechanism"] == "bubblewrap"

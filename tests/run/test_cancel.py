@@ -1,0 +1,151 @@
+"""`saphan runs cancel` on this host (run/cancel.py), through the real CLI,
+with a real `saphan run` under bubblewrap as the run's driver, on SQLite and
+PostgreSQL. The far host's turn is tests/integration/sshd/test_far_cancel.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import Saphan, saphan_exe
+from saphan.run.cancel import parse_signal
+
+
+def processes_with(token: str) -> list[int]:
+    """Every process on this host whose command line holds ``token``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if token.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def start(s: Saphan, workdir: Path, *argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [saphan_exe(), "run", "--machine", "here", "--slot", "s1", "--workdir", str(workdir),
+         "--", *argv], env=s.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+
+
+def wait_running(s: Saphan, timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for r in s.ok("runs", "list", "--json").json():  # type: ignore[union-attr]
+            if r["state"] == "running" and r["finished_at"] is None:
+                return dict(r)
+        time.sleep(0.1)
+    raise AssertionError("no run started")
+
+
+@pytest.fixture
+def here(saphan: Saphan) -> Saphan:
+    saphan.ok("machine", "add", "here", "--local")
+    saphan.ok("slot", "add", "here", "s1", "--tool", "command")
+    return saphan
+
+
+@pytest.mark.usefixtures("bwrap_available")
+def test_cancel_ends_a_local_runs_tree_records_it_and_frees_the_seat(
+        here: Saphan, tmp_path: Path) -> None:
+    token = f"600.{os.getpid()}{time.monotonic_ns() % 10**6}"
+    driver = start(here, tmp_path, "sh", "-c", f"sleep {token} & sleep {token}; wait")
+    try:
+        run = wait_running(here)
+        deadline = time.monotonic() + 10
+        while len(processes_with(token)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # The sh, its two sleeps, and the boundary's processes around them.
+        assert len(processes_with(token)) >= 3
+        # A live run is shown from its live record, with its holder.
+        shown = here.ok("runs", "show", run["id"]).out
+        assert f'sh", "-c", "sleep {token} & sleep {token}; wait"]' in shown, shown
+        assert f"workdir:     {tmp_path}" in shown
+        assert "enforced_by: bubblewrap" in shown
+        assert f"holder:      pid {driver.pid} on " in shown and "(alive: " in shown
+        assert "enforced_by: nothing" not in shown and "argv: null" not in shown
+        # Finalising a live holder's row is refused; cancel is the way.
+        r = here("runs", "finalize", run["id"])
+        assert r.code == 2 and "holder is alive" in r.err
+        assert f"`saphan runs cancel {run['id']}`" in r.err
+        t0 = time.monotonic()
+        r = here("runs", "cancel", run["id"], "--json")
+        assert r.code == 0, r.err
+        assert time.monotonic() - t0 < 10
+        rec = r.json()
+        assert isinstance(rec, dict)
+        assert (rec["outcome"], rec["state"]) == ("cancelled", "ended")
+        assert rec["exit_code"] == -signal.SIGTERM and rec["signature"]["status"] == "valid"
+        assert rec["cancel"]["signal"] == "SIGTERM"
+        assert any("the run's own driver recorded it" in n for n in rec["notes"])
+        assert "recorded by its own saphan process" in r.err
+        assert driver.wait(timeout=30) == 128 + signal.SIGTERM
+        assert processes_with(token) == []  # the whole tree is gone
+        text = here.ok("runs", "show", run["id"]).out
+        assert "outcome:     cancelled  exit: SIGTERM" in text
+        listed = here.ok("runs", "list").out.splitlines()[1]
+        assert "cancelled" in listed and "SIGTERM" in listed
+        # The seat is free: the next run gets it.
+        here.ok("run", "--machine", "here", "--slot", "s1", "--workdir", str(tmp_path), "--",
+                "true")
+        again = here("runs", "cancel", run["id"])
+        assert again.code == 2 and "already finished" in again.err and "cancelled" in again.err
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        driver.communicate()
+
+
+@pytest.mark.usefixtures("bwrap_available")
+def test_a_run_whose_saphan_was_killed_is_already_finished_when_cancel_comes(
+        here: Saphan, tmp_path: Path) -> None:
+    """SIGKILL to the driver: its jail dies with it; the next command that
+    opens the store (here `runs cancel` itself) finishes the row holder-dead,
+    so there is nothing left to cancel."""
+    token = f"600.{os.getpid()}{time.monotonic_ns() % 10**6}"
+    driver = start(here, tmp_path, "sleep", token)
+    run = wait_running(here)
+    driver.kill()
+    driver.communicate()
+    r = here("runs", "cancel", run["id"])
+    assert r.code == 2 and "already finished" in r.err and "holder-dead" in r.err, r.err
+    rec = here.ok("runs", "show", run["id"], "--json").json()
+    assert isinstance(rec, dict)
+    assert rec["outcome"] == "holder-dead"
+    assert rec["notes"][-1].startswith("reconciled by `saphan runs cancel` at ")
+    assert processes_with(token) == []
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--grace", "601"], "--grace"), (["--grace", "-1"], "--grace"),
+    (["--signal", "SIGSTOP"], "--signal 'SIGSTOP' is not one runs cancel sends"),
+    (["--signal", "19"], "is not one runs cancel sends"),
+])
+def test_out_of_bounds_options_are_exit_2(saphan_sqlite: Saphan, args: list[str],
+                                          needle: str) -> None:
+    r = saphan_sqlite("runs", "cancel", "01ANY", *args)
+    assert r.code == 2 and needle in r.err, r.err
+
+
+def test_an_unknown_run_is_exit_2(saphan_sqlite: Saphan) -> None:
+    r = saphan_sqlite("runs", "cancel", "01NOSUCHRUN")
+    assert r.code == 2 and "no run '01NOSUCHRUN'" in r.err
+
+
+@pytest.mark.parametrize(("given", "name"), [
+    ("TERM", "SIGTERM"), ("sigint", "SIGINT"), ("1", "SIGHUP"), ("9", "SIGKILL"),
+    ("SIGKILL", "SIGKILL"),
+])
+def test_signals_are_named_any_usual_way(given: str, name: str) -> None:
+    assert parse_signal(given) == name
