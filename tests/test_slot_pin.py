@@ -145,8 +145,7 @@ def test_agent_lane_mismatch_refused_before_launch(saphan_sqlite: Saphan, claude
     s.ok("slot", "add", "here", "cl", "--tool", "claude", "--pin-sha256", OTHER)
     home = tmp_path / "home"
     home.mkdir()
-    env = s.env(HOME=str(home), SAPHAN_CLAUDE_BIN=claude_bin,
-                ANTHROPIC_BASE_URL="http://127.0.0.1:9", ANTHROPIC_API_KEY="sk-ant-test")
+    env = s.env(HOME=str(home), SAPHAN_CLAUDE_BIN=claude_bin, ANTHROPIC_API_KEY="sk-ant-test")
     wd = tmp_path / "wd"
     wd.mkdir()
     r = s("run", "--machine", "here", "--slot", "cl", "--workdir", str(wd), "--prompt", "hi",

@@ -158,13 +158,34 @@ def test_no_adapter_allows_a_name_that_never_passes(tmp_path: Path) -> None:
 
 def test_claude_code_gets_its_documented_names(tmp_path: Path) -> None:
     allowed = _claude(tmp_path).env_allowed()
-    assert set(allowed) == {"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL",
+    assert set(allowed) == {"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN",
                             "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CONFIG_DIR"}
     e = build(SHELL, allow=allowed, set_vars=RUN_VARS)
     # The config dir must match the one the engine granted the session leaf under.
     assert e.env["CLAUDE_CONFIG_DIR"] == "/home/op/.claude-seat"
-    assert e.env["ANTHROPIC_BASE_URL"] == SHELL["ANTHROPIC_BASE_URL"]
     assert "OPENAI_API_KEY" not in e.env and "CODEX_HOME" not in e.env
+    # The endpoint is never taken from saphan's environment: the slot's is set.
+    assert "ANTHROPIC_BASE_URL" not in e.env
+    for name in ("ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL",
+                 "ANTHROPIC_DEFAULT_OPUS_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL"):
+        assert name not in allowed  # each selects a model
+
+
+def test_claude_code_gets_its_endpoint_and_sub_agent_model_from_saphan(tmp_path: Path) -> None:
+    slot = ClaudeAdapter(_binary("claude"), _instruction(tmp_path), "engine", "01R",
+                         endpoint="http://127.0.0.1:7/gw")
+    assert slot.env_set() == {"ANTHROPIC_BASE_URL": "http://127.0.0.1:7/gw",
+                              "CLAUDE_CODE_SUBAGENT_MODEL": "claude-opus-4-8[1m]"}
+    source = {**SHELL, "CLAUDE_CODE_SUBAGENT_MODEL": "claude-haiku-4-5"}
+    e = build(source, allow=slot.env_allowed(), set_vars={**slot.env_set(), **RUN_VARS})
+    assert e.env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:7/gw"  # not SHELL's :9
+    assert e.env["CLAUDE_CODE_SUBAGENT_MODEL"] == "claude-opus-4-8[1m]"
+    assert {"ANTHROPIC_BASE_URL", "CLAUDE_CODE_SUBAGENT_MODEL"} <= set(e.set)
+    assert "ANTHROPIC_BASE_URL" not in e.passed
+    # No endpoint on the slot: none is set, and saphan's own is not passed either.
+    e = build(SHELL, allow=_claude(tmp_path).env_allowed(),
+              set_vars={**_claude(tmp_path).env_set(), **RUN_VARS})
+    assert "ANTHROPIC_BASE_URL" not in e.env
 
 
 def test_codex_gets_its_home_and_only_the_pinned_providers_key(tmp_path: Path) -> None:

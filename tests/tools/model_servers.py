@@ -15,7 +15,8 @@ message — and records every request body so a test can read what the CLI sent
   speaks to a lane, as llama.cpp, vLLM and Ollama serve it.
 
 A turn is ``("shell", "<command line>")``, ``("write", path, content)`` (Claude's
-Write tool) or ``("text", "<final message>")``. A request after the script is
+Write tool), ``("tool", name, json_input)`` (any tool of Claude's, by name) or
+``("text", "<final message>")``. A request after the script is
 exhausted gets the final text again, so a CLI that retries cannot hang.
 """
 
@@ -262,7 +263,15 @@ class ResponsesServer(_Server):
 class MessagesServer(_Server):
     """Each POST /v1/messages with tools is one turn of the main loop; the turn
     index is how many tool_result blocks the conversation already carries.
-    Side requests (titles, topic checks: no ``tools``) get a short text."""
+    Side requests (titles, topic checks: no ``tools``) get a short text, and
+    so do a sub-agent's (its first message holds :attr:`SUBAGENT_MARKER`).
+
+    Besides the common turns, ``("tool", "<Name>", "<JSON input>")`` calls
+    any tool by name (Claude Code's ``Agent``, say)."""
+
+    #: a sub-agent's task holding this text (the prompt of a scripted
+    #: ``Agent`` call) marks that agent's requests
+    SUBAGENT_MARKER = "[scripted sub-agent task]"
 
     def on_post(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         path = h.path.split("?")[0]
@@ -274,10 +283,13 @@ class MessagesServer(_Server):
                                                       "message": f"no route {h.path}"}})
             return
         model = str(body.get("model") or "scripted")
+        messages = body.get("messages") or []
         if not body.get("tools"):
             turn: Turn = ("text", "ok")
+        elif messages and self.SUBAGENT_MARKER in json.dumps(messages[0]):
+            turn = ("text", "sub-agent done")
         else:
-            done = sum(1 for m in body.get("messages") or [] if isinstance(m.get("content"), list)
+            done = sum(1 for m in messages if isinstance(m.get("content"), list)
                        for block in m["content"]
                        if isinstance(block, dict) and block.get("type") == "tool_result")
             turn = self.next_turn(done)
@@ -289,6 +301,11 @@ class MessagesServer(_Server):
         elif turn[0] == "shell":
             block = {"type": "tool_use", "id": self.new_id("toolu"), "name": "Bash", "input": {}}
             args = {"command": turn[1], "description": "scripted"}
+            stop = "tool_use"
+        elif turn[0] == "tool":
+            block = {"type": "tool_use", "id": self.new_id("toolu"), "name": turn[1],
+                     "input": {}}
+            args = json.loads(turn[2])
             stop = "tool_use"
         else:
             block, args, stop = {"type": "text", "text": ""}, {}, "end_turn"
@@ -316,6 +333,29 @@ class MessagesServer(_Server):
             ("message_stop", {"type": "message_stop"}),
         ]
         _sse(h, events)
+
+    def models(self) -> list[str]:
+        """The ``model`` of every Messages request, in order (side requests and
+        sub-agents' included; token counts are not model turns)."""
+        with self._lock:
+            posted = [p for p in self.paths if p.startswith("POST ")]
+            return [str(body.get("model")) for path, body in zip(posted, self.requests,
+                                                                  strict=True)
+                    if path.split("?")[0].endswith("/v1/messages")]
+
+    def context_files(self) -> list[str]:
+        """The files Claude Code put into any request's context, as it names
+        them there (``Contents of <path> (…):`` — how 2.1.197 introduces each
+        CLAUDE.md, rule and memory file), first-seen order."""
+        import re
+
+        seen: dict[str, None] = {}
+        with self._lock:
+            bodies = list(self.bodies)
+        for raw in bodies:
+            for path in re.findall(r"Contents of (\S+) \(", raw.decode(errors="replace")):
+                seen.setdefault(path)
+        return list(seen)
 
     def tool_results(self) -> list[str]:
         """Every tool_result Claude Code sent back, as text, in order."""

@@ -1,16 +1,19 @@
-"""Claude Code: confined by the engine; its permission mode is policy.
+"""Claude Code: confined by the engine; only what saphan pins reaches it.
 
 Measured with Claude Code 2.1.197 (the native executable of npm
-``@anthropic-ai/claude-code``):
+``@anthropic-ai/claude-code``), run directly and through ``saphan run``
+against a scripted Messages server on loopback (tests/tools/model_servers.py):
 
 - ``-p --output-format stream-json --verbose`` runs non-interactively and
   prints one JSON event per line; the first is ``system/init`` with the
   ``session_id`` and the ``cwd`` (``-p`` with stream-json refuses to start
-  without ``--verbose``). The prompt is read from standard input.
+  without ``--verbose``); the last is ``result``, with ``modelUsage`` (per
+  model: ``inputTokens``, ``outputTokens``, ``cacheReadInputTokens``,
+  ``cacheCreationInputTokens``, ``costUSD``), ``usage`` and
+  ``total_cost_usd``. The prompt is read from standard input.
 - Under bubblewrap with only the working directory and the seat's session
   leaf ``<config home>/projects/<key>`` writable, it starts, calls the API at
-  ``ANTHROPIC_BASE_URL`` and writes its transcript into that leaf
-  (tests/tools/test_claude_e2e.py).
+  ``ANTHROPIC_BASE_URL`` and writes its transcript into that leaf.
 - ``--permission-mode`` (``plan`` / ``acceptEdits``) is a policy the tool
   applies to itself: composed here and recorded under ``policy``, never as
   what enforced. The engine's boundary is what enforces.
@@ -22,37 +25,108 @@ Measured with Claude Code 2.1.197 (the native executable of npm
   ``<config home>/session-env/<session id>`` and fails with EROFS without it
   (measured), so that one directory is created outside and granted too.
 
+What saphan pins, and what each pin was measured to do:
+
+- **No settings from the user, the project or the machine's user:**
+  ``--setting-sources ""`` (the empty list; ``none`` is refused by the CLI,
+  "Valid options are: user, project, local"). ``-p`` skips the trust dialog,
+  so without it a ``<workdir>/.claude/settings.json`` (and
+  ``settings.local.json``, and ``~/.claude/settings.json``) holding
+  ``{"env":{"ANTHROPIC_BASE_URL":…}}`` sent every request to that server and
+  ``{"model":…}`` changed the model. With it, none of the three is read, and
+  neither is any ``CLAUDE.md`` (workdir, its parents, ``CLAUDE.local.md``,
+  ``.claude/rules``, ``~/.claude/CLAUDE.md``), nor the project's
+  ``.claude/agents``, ``.claude/skills``, ``.claude/commands``,
+  ``.claude/workflows`` or ``.mcp.json`` (the init event lists none of them).
+- **saphan's own settings file:** ``--settings <run dir>/claude-settings.json``
+  (:data:`SETTINGS`), written outside the writable set and bound read-only
+  into the jail. It turns auto memory off: with ``--setting-sources ""``
+  Claude Code still loaded ``<session leaf>/memory/MEMORY.md`` into the
+  context — a file inside the granted leaf, so one run could leave
+  instructions for the next outside the working directory. A settings file
+  that fails validation is silently ignored under ``-p`` (its help says so),
+  so the end-to-end test checks the memory marker stays out.
+- **Machine-managed settings still apply:** ``/etc/claude-code/
+  managed-settings.json`` and ``managed-settings.d/*.json`` are read whatever
+  ``--setting-sources`` says, and their ``env`` beats both the process
+  environment and ``--settings`` (a managed ``ANTHROPIC_BASE_URL`` won over
+  both; measured in a mount namespace with an overlay on /etc). So
+  :func:`preflight` refuses a run whose managed settings set
+  an endpoint or sub-agent model other than the one saphan pins, and the
+  record lists the managed files. The managed ``CLAUDE.md`` and
+  ``.claude/rules/*.md`` under /etc/claude-code are loaded too: they are the
+  run's :func:`instruction_files`. A managed ``"model"`` lost to ``--model``.
+- **The model, always:** ``--model`` is the operator's (or the slot's), else
+  :data:`DEFAULT_MODEL` — ``claude-opus-4-8[1m]``, what 2.1.197 chose with no
+  ``--model`` and nothing configured: requests for ``claude-opus-4-8`` with
+  the ``context-1m-2025-08-07`` beta, init and ``modelUsage`` naming
+  ``claude-opus-4-8[1m]``; ``--model claude-opus-4-8[1m]`` gave exactly the
+  same requests. (With ``ANTHROPIC_AUTH_TOKEN`` instead of a key: the same
+  ``claude-opus-4-8`` requests.)
+- **Sub-agents run on the pinned model:** the ``Agent`` tool (``Task`` in
+  the init event's tool list; ``--disallowedTools Task`` and ``Agent`` both
+  remove it) takes a ``model`` and spawned ``claude-opus-4-8`` for
+  ``"model":"opus"``; its built-in ``Explore`` agent asked for
+  ``claude-haiku-4-5-20251001`` with no model named. With
+  ``CLAUDE_CODE_SUBAGENT_MODEL`` set to the pinned model (set by saphan:
+  :meth:`ClaudeAdapter.env_set`) every sub-agent request — ``opus``,
+  ``Explore``, ``Explore`` with ``haiku`` — named the pinned model, and
+  ``modelUsage`` listed only it. The ``Workflow`` tool, whose scripts give
+  each agent they spawn its own ``opts.model``, is disallowed
+  (``--disallowedTools Workflow``). WebFetch's side request used the main
+  model (no ``ANTHROPIC_SMALL_FAST_MODEL`` passes), and the record's usage
+  lists every model ``modelUsage`` names, whatever route chose it.
+- **The endpoint comes from the slot:** ``ANTHROPIC_BASE_URL`` is set by
+  saphan from the slot's ``--endpoint`` (:meth:`ClaudeAdapter.env_set`) and
+  is never taken from saphan's environment; a different value there is
+  refused before the seat (:func:`preflight`), since an
+  operator who exported it meant something the slot does not say.
+- **Turns:** ``--max-turns N`` (hidden from ``--help`` but honoured: with 2,
+  two requests, exit 1, a ``result`` of subtype ``error_max_turns``; ``0``
+  and non-numbers are silently ignored, so only 1.. is composed). That end
+  is recorded as ``turn-budget-exhausted``, as the loop's.
+
 With ``run.confinement = vendor`` the engine composes no boundary and the
 record says, in as many words, that it makes no claim the agent is confined.
 
 The environment (:data:`ENV_ALLOWED`, on top of confine/environment.py's
-base and the permission class's credentials): Claude Code's own documented
-variables that the runs saphan makes use —
+base and the permission class's credentials): what authenticates the seat's
+account and where its configuration lives —
 
 - ``ANTHROPIC_API_KEY`` (``X-Api-Key``) / ``ANTHROPIC_AUTH_TOKEN``
   (``Authorization: Bearer``, for a gateway) / ``CLAUDE_CODE_OAUTH_TOKEN``
-  (a subscription's long-lived token from ``claude setup-token``): how the
-  seat's account authenticates; a seat logged in interactively needs none of
-  them (its credentials live in the configuration directory);
-- ``ANTHROPIC_BASE_URL``: the API endpoint (a gateway, or the tests'
-  scripted server). Dropping it would send the key to the default endpoint;
+  (a subscription's long-lived token from ``claude setup-token``). Claude
+  Code passes them on to its Bash tool's commands (measured: ``env`` there
+  showed ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_AUTH_TOKEN``), so the agent
+  can read the key it runs on; its ``CLAUDE_CODE_SUBPROCESS_ENV_SCRUB=1``
+  hides them but forces the permission mode to ``default`` (measured: a
+  Write was then refused for want of a grant), so saphan does not set it —
+  give a seat a key of its own;
 - ``CLAUDE_CONFIG_DIR``: the configuration directory. The engine grants the
   session leaf under :func:`config_home`, read from its own environment, so
   the tool must see the same value or its transcript would land elsewhere
   (read-only, EROFS).
 
-Model selection travels on the command line (``--model``), so no
-``ANTHROPIC_MODEL``-style variable passes; anything else a seat needs (a
-proxy, custom headers) is named in its permission class's ``credentials``.
+Nothing else passes: no ``ANTHROPIC_BASE_URL`` (saphan sets it from the
+slot), no ``ANTHROPIC_MODEL`` / ``ANTHROPIC_SMALL_FAST_MODEL`` /
+``ANTHROPIC_DEFAULT_*_MODEL`` / ``CLAUDE_CODE_SUBAGENT_MODEL`` (each selects
+a model). Anything else a seat needs (a proxy, custom headers) is named in
+its permission class's ``credentials``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import stat
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from saphan.errors import UserError
+from saphan.tools import argv_guard
 from saphan.tools.adapter import DEFAULT_AGENT_MAX_SECONDS, Adapter, first_json_event
 from saphan.tools.argv_guard import AllowList, Option
 from saphan.tools.permission_class import PERMISSION_MODES
@@ -64,11 +138,35 @@ if TYPE_CHECKING:
 
 DEFAULT_PERMISSION_MODE = "acceptEdits"
 
+#: The model a run pins when neither ``--model`` nor the slot names one: what
+#: Claude Code 2.1.197 chose by itself with nothing configured (see above).
+DEFAULT_MODEL = "claude-opus-4-8[1m]"
+
+#: Where requests go when the slot names no endpoint (the tool's own default).
+DEFAULT_ENDPOINT = "https://api.anthropic.com"
+
+#: ``--setting-sources``: none of user, project, local.
+SETTING_SOURCES = ""
+
+#: saphan's per-run settings file (in the run's directory), and what it holds.
+SETTINGS_FILE = "claude-settings.json"
+SETTINGS: Mapping[str, Any] = {"autoMemoryEnabled": False}
+
+#: Tools the run may not use (``--disallowedTools``), see above.
+DISALLOWED_TOOLS: tuple[str, ...] = ("Workflow",)
+
+#: The machine's managed configuration, which Claude Code reads whatever
+#: ``--setting-sources`` says (see above).
+MANAGED_DIR = "/etc/claude-code"
+
 #: Claude Code's own variables a run may take from saphan's environment (see above)
 ENV_ALLOWED: tuple[str, ...] = (
     "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
-    "ANTHROPIC_BASE_URL", "CLAUDE_CONFIG_DIR",
+    "CLAUDE_CONFIG_DIR",
 )
+
+#: A managed settings file larger than this is not read (and the run refused).
+_MANAGED_LIMIT = 1 << 20
 
 VENDOR_NOTE = (
     "run.confinement = vendor: the engine makes no claim that this agent is confined. "
@@ -89,6 +187,15 @@ def _allowed_tool(value: str) -> bool:
     return value.startswith("Bash(") and value.endswith(":*)") and len(value) > len("Bash(:*)")
 
 
+def _settings_file(value: str) -> bool:
+    """An absolute path to a file named :data:`SETTINGS_FILE` (never inline JSON)."""
+    return os.path.isabs(value) and os.path.basename(value) == SETTINGS_FILE
+
+
+def _turns(value: str) -> bool:
+    return value.isascii() and value.isdigit() and not value.startswith("0")
+
+
 #: Everything :func:`compose_argv` may emit (the argv guard's allow-list):
 #: no positional word (the prompt is on stdin), and only these options.
 ALLOWED_ARGV = AllowList(options={
@@ -98,13 +205,24 @@ ALLOWED_ARGV = AllowList(options={
     "--permission-mode": Option(1, frozenset({DEFAULT_PERMISSION_MODE, *PERMISSION_MODES}),
                                 says=" or ".join(sorted({DEFAULT_PERMISSION_MODE,
                                                          *PERMISSION_MODES}))),
-    # the value is the named model (the guard's model check compares it)
-    "--model": Option(1, says="the named model"),
+    "--setting-sources": Option(1, frozenset({SETTING_SOURCES}),
+                                says='"" (no user, project or local settings)'),
+    # the value is this run's file (ClaudeAdapter.guard compares it)
+    "--settings": Option(1, check=_settings_file, says=f"saphan's per-run {SETTINGS_FILE}"),
+    # the value is the pinned model (the guard's model check compares it)
+    "--model": Option(1, says="the pinned model"),
+    "--disallowedTools": Option(-1, frozenset(DISALLOWED_TOOLS),
+                                says=", ".join(DISALLOWED_TOOLS)),
+    "--max-turns": Option(1, check=_turns, says="a number of turns from 1"),
     "--allowedTools": Option(-1, check=_allowed_tool, says="Bash(<command>:*) rules"),
     # the value is the recorded session (the guard's resumption check compares it)
     "--resume": Option(1, says="the explicitly resumed session"),
     "--session-id": Option(1, check=_uuid, says="a UUID"),
 }, required=frozenset({"-p", "--permission-mode"}))
+
+#: The pins :meth:`ClaudeAdapter.guard` requires on every composed line, each
+#: with exactly its value (the settings file and the model are the run's own).
+PINNED_FLAGS = ("--setting-sources", "--settings", "--model", "--disallowedTools")
 
 
 def config_home() -> str:
@@ -122,16 +240,20 @@ def compose_argv(
     binary: str,
     *,
     permission_mode: str,
-    model: str | None,
+    model: str,
+    settings_path: str,
+    max_turns: int | None = None,
     allowed_commands: tuple[str, ...] = (),
     resume_session: str | None = None,
     session_id: str | None = None,
 ) -> list[str]:
     """Claude Code's command line (pure). The prompt goes on stdin."""
     argv = [binary, "-p", "--output-format", "stream-json", "--verbose",
-            "--permission-mode", permission_mode]
-    if model is not None:
-        argv += ["--model", model]
+            "--permission-mode", permission_mode,
+            "--setting-sources", SETTING_SOURCES, "--settings", settings_path,
+            "--model", model, "--disallowedTools", *DISALLOWED_TOOLS]
+    if max_turns is not None:
+        argv += ["--max-turns", str(max_turns)]
     if allowed_commands:
         argv += ["--allowedTools", *(f"Bash({c}:*)" for c in allowed_commands)]
     if resume_session is not None:
@@ -141,6 +263,147 @@ def compose_argv(
     return argv
 
 
+# -- what the machine's managed configuration adds ----------------------------------
+
+def _kind(path: str) -> str | None:
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISLNK(mode):
+        return "link"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    return "file" if stat.S_ISREG(mode) else "other"
+
+
+def _listed(path: str, kind: str | None) -> str | None:
+    """How a file Claude Code would read is named in the record: a regular
+    file by its path; a link by its path and what saphan did not do."""
+    if kind == "file":
+        return path
+    if kind == "link":
+        return (f"{path} (a symbolic link: saphan did not follow it; Claude Code may read "
+                "what it points to)")
+    return None
+
+
+def _rules(directory: str) -> list[str]:
+    """``*.md`` under ``directory`` at any depth, through real directories
+    only; a link anywhere is listed as one (whatever its name)."""
+    out: list[str] = []
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError:
+        return out
+    for entry in entries:
+        kind = _kind(entry.path)
+        if kind == "dir":
+            out += _rules(entry.path)
+        elif kind == "link" or entry.name.endswith(".md"):
+            listed = _listed(entry.path, kind)
+            if listed is not None:
+                out.append(listed)
+    return out
+
+
+def instruction_files(managed_dir: str = MANAGED_DIR) -> list[str]:
+    """The instruction files Claude Code 2.1.197 loads into a run's context
+    under saphan's pins, found the way it finds them (measured): with
+    ``--setting-sources ""`` and auto memory off, no ``CLAUDE.md`` of the
+    workdir, its parents or the user, and no memory file — only the
+    machine's managed ``CLAUDE.md`` and ``.claude/rules/**/*.md``. Nothing is
+    resolved through a link (``os.lstat``): a link on the way is listed as
+    one, and not entered."""
+    found: list[str] = []
+    path = managed_dir
+    for step in ("", ".claude", "rules"):
+        path = os.path.join(path, step) if step else path
+        kind = _kind(path)
+        if kind == "link":
+            found.append(str(_listed(path, kind)))
+            return found
+        if kind != "dir":
+            return found
+        if not step:
+            top = os.path.join(path, "CLAUDE.md")
+            found += [x for x in (_listed(top, _kind(top)),) if x is not None]
+    return found + _rules(path)
+
+
+def managed_settings_files(managed_dir: str = MANAGED_DIR) -> list[str]:
+    """The machine's managed settings files that exist (not followed through links)."""
+    files = [os.path.join(managed_dir, "managed-settings.json")]
+    dropins = os.path.join(managed_dir, "managed-settings.d")
+    if _kind(dropins) == "dir":
+        with contextlib.suppress(OSError):
+            files += sorted(e.path for e in os.scandir(dropins) if e.name.endswith(".json"))
+    return [f for f in files if _kind(f) is not None]
+
+
+def _managed_env(path: str) -> dict[str, Any]:
+    from saphan.confine import nofollow
+    from saphan.errors import PlantedLink
+
+    try:
+        data = json.loads(nofollow.read_small(path, _MANAGED_LIMIT))
+    except (OSError, ValueError, PlantedLink) as e:
+        raise UserError(
+            f"Claude Code reads the machine's managed settings {path} whatever saphan pins, "
+            f"and saphan cannot read it ({e}), so it cannot tell where that file sends the "
+            "run; fix or remove the file (it belongs to the machine's administrator)"
+        ) from None
+    env = data.get("env") if isinstance(data, dict) else None
+    return env if isinstance(env, dict) else {}
+
+
+def _same_url(a: str, b: str) -> bool:
+    return a.rstrip("/") == b.rstrip("/")
+
+
+def preflight(endpoint: str | None, model: str | None, *,
+              environ: Mapping[str, str] | None = None,
+              managed_dir: str = MANAGED_DIR) -> None:
+    """Before the seat (tools/launch.py): refuse what would send a run
+    elsewhere than its slot says — ``ANTHROPIC_BASE_URL`` in saphan's
+    environment that is not the slot's ``endpoint`` (the operator who
+    exported it meant something the slot does not say; it is not passed),
+    and managed settings that set the endpoint, or the sub-agent model,
+    to something else (their ``env`` outranks every pin, measured)."""
+    env = os.environ if environ is None else environ
+    exported = env.get("ANTHROPIC_BASE_URL")
+    if exported and (endpoint is None or not _same_url(exported, endpoint)):
+        has = (f"names {endpoint}" if endpoint is not None
+               else f"names no endpoint (so Claude Code's default, {DEFAULT_ENDPOINT})")
+        raise UserError(
+            f"ANTHROPIC_BASE_URL is set in saphan's environment, and the slot {has}: a "
+            "Claude run's endpoint comes only from its slot. Set it there (`saphan slot set "
+            "MACHINE SLOT --endpoint URL`) or unset ANTHROPIC_BASE_URL"
+        )
+    url_pinned = endpoint or DEFAULT_ENDPOINT
+    model_pinned = model or DEFAULT_MODEL
+    for path in managed_settings_files(managed_dir):
+        menv = _managed_env(path)
+        url = menv.get("ANTHROPIC_BASE_URL")
+        if url is not None and not (isinstance(url, str) and _same_url(url, url_pinned)):
+            raise UserError(
+                f"the machine's managed Claude Code settings {path} set ANTHROPIC_BASE_URL, "
+                "which outranks everything saphan pins, to another endpoint than the slot's "
+                f"({url_pinned}); name that endpoint on the slot (`saphan slot set MACHINE "
+                "SLOT --endpoint URL`) or have the file changed"
+            )
+        sub = menv.get("CLAUDE_CODE_SUBAGENT_MODEL")
+        if sub is not None and sub != model_pinned:
+            raise UserError(
+                f"the machine's managed Claude Code settings {path} set "
+                "CLAUDE_CODE_SUBAGENT_MODEL, which outranks saphan's pin, to another model "
+                f"than this run's ({model_pinned}); run with --model set to it or have the "
+                "file changed"
+            )
+
+
+# -- the adapter -------------------------------------------------------------------
+
 @dataclass(frozen=True)
 class ClaudeAdapter(Adapter):
     tool = "claude"
@@ -148,9 +411,21 @@ class ClaudeAdapter(Adapter):
     #: the engine's watchdog (seconds): at the limit the run's whole tree is
     #: ended (SIGTERM through the reaper, then SIGKILL): time-limit-killed
     max_seconds: int = DEFAULT_AGENT_MAX_SECONDS
+    #: ``--max-turns`` (None: no turn budget but the time limit)
+    max_turns: int | None = None
+    #: the slot's endpoint: ``ANTHROPIC_BASE_URL`` (None: the tool's default)
+    endpoint: str | None = None
+    #: the machine's managed configuration (a test points it elsewhere)
+    managed_dir: str = MANAGED_DIR
 
     def time_limit(self) -> float | None:
         return float(self.max_seconds)
+
+    @property
+    def model(self) -> str:
+        """The model this run pins: the operator's or the slot's, else
+        :data:`DEFAULT_MODEL`."""
+        return self.instruction.model or DEFAULT_MODEL
 
     @property
     def permission_mode(self) -> str:
@@ -167,8 +442,22 @@ class ClaudeAdapter(Adapter):
             return resume.session_id
         return str(uuid.uuid5(uuid.NAMESPACE_URL, f"saphan:run:{self.run_id}"))
 
+    @property
+    def settings_path(self) -> str:
+        """saphan's settings file for this run, in the run's directory (where
+        the prompt is): outside the writable set, hidden with the workspace
+        and bound back read-only."""
+        return os.path.join(os.path.dirname(os.path.abspath(self.instruction.prompt_path)),
+                            SETTINGS_FILE)
+
     def env_allowed(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((*ENV_ALLOWED, *super().env_allowed())))
+
+    def env_set(self) -> dict[str, str]:
+        out = {"CLAUDE_CODE_SUBAGENT_MODEL": self.model}
+        if self.endpoint is not None:
+            out["ANTHROPIC_BASE_URL"] = self.endpoint
+        return out
 
     def session_dirs(self) -> tuple[str, ...]:
         if self.confinement == "vendor":
@@ -179,6 +468,10 @@ class ClaudeAdapter(Adapter):
         for d in (leaf, env_dir):
             os.makedirs(d, exist_ok=True)
         return (leaf, env_dir)
+
+    def exposed_paths(self) -> tuple[str, ...]:
+        # saphan's settings file (written by argv(), in the hidden run directory)
+        return (self.settings_path,)
 
     def vendor_boundary(self, policy: Policy) -> Boundary | None:
         if self.confinement != "vendor":
@@ -193,18 +486,62 @@ class ClaudeAdapter(Adapter):
         )
 
     def argv(self, policy: Policy) -> list[str]:
+        from saphan.confine import nofollow
+
+        # Written outside the writable set (the run directory): Claude Code reads it.
+        nofollow.write_replace(self.settings_path,
+                               (json.dumps(dict(SETTINGS), indent=2, sort_keys=True)
+                                + "\n").encode())
         pc = self.instruction.permission_class
         resume = self.instruction.resume
         return compose_argv(
-            self.binary.path, permission_mode=self.permission_mode,
-            model=self.instruction.model,
+            self.binary.path, permission_mode=self.permission_mode, model=self.model,
+            settings_path=self.settings_path, max_turns=self.max_turns,
             allowed_commands=pc.commands if pc is not None else (),
             resume_session=resume.session_id if resume else None,
             session_id=self.session_id,
         )
 
+    def guard(self, final_argv: list[str], agent_at: int = 0) -> None:
+        """The argv guard with the pinned model, then each pin of
+        :data:`PINNED_FLAGS` present with exactly its value."""
+        resume = self.instruction.resume
+        argv_guard.check(final_argv, tool=self.tool, model=self.model,
+                         resume_session=resume.session_id if resume else None,
+                         allowed=ALLOWED_ARGV, binary=self.binary.path, agent_at=agent_at)
+        agent = final_argv[agent_at:]
+        want = {"--setting-sources": [SETTING_SOURCES], "--settings": [self.settings_path],
+                "--model": [self.model], "--disallowedTools": list(DISALLOWED_TOOLS)}
+        for flag in PINNED_FLAGS:
+            at = agent.index(flag) if flag in agent else -1
+            given = agent[at + 1:at + 1 + len(want[flag])] if at >= 0 else None
+            if given != want[flag]:
+                from saphan import refusals
+
+                raise refusals.bypass_token(
+                    f"the claude command line must pin {flag} {' '.join(want[flag])!r}; "
+                    f"it was refused before launch: {' '.join(final_argv)}",
+                    "nothing to change in your request: saphan launches Claude Code only with "
+                    "its pins (docs/tools.md); report this as an adapter bug")
+
     def record(self, policy: Policy) -> dict[str, Any]:
         out = super().record(policy)
+        out["model"] = self.model
+        out["model_chosen_by"] = (
+            "the run or its slot" if self.instruction.model
+            else f"saphan's default for Claude Code ({DEFAULT_MODEL}: what 2.1.197 "
+                 "requests when nothing names a model, measured)")
+        out["endpoint"] = self.endpoint or f"{DEFAULT_ENDPOINT} (the tool's default)"
+        out["instruction_files"] = instruction_files(self.managed_dir)
+        out["claude_pins"] = {
+            "setting_sources": [],
+            "settings_file": self.settings_path,
+            "settings": dict(SETTINGS),
+            "disallowed_tools": list(DISALLOWED_TOOLS),
+            "subagent_model": self.model,
+            "max_turns": self.max_turns,
+            "managed_settings": managed_settings_files(self.managed_dir),
+        }
         out["tool_policy"] = {
             "permission_mode": self.permission_mode,
             "is_boundary": False,
@@ -220,10 +557,68 @@ class ClaudeAdapter(Adapter):
         return out
 
     def after_run(self, stdout_path: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         init = first_json_event(
             stdout_path, lambda e: e.get("type") == "system" and e.get("subtype") == "init")
-        if init is None:
-            return {}
-        return {"agent_session": {"id": init.get("session_id"), "cwd": init.get("cwd"),
-                                  "model": init.get("model"),
-                                  "permission_mode": init.get("permissionMode")}}
+        if init is not None:
+            out["agent_session"] = {"id": init.get("session_id"), "cwd": init.get("cwd"),
+                                    "model": init.get("model"),
+                                    "permission_mode": init.get("permissionMode")}
+        result = _last_result(stdout_path)
+        if result is not None:
+            out["usage"] = usage_of(result)
+            out["claude_result"] = {"subtype": result.get("subtype"),
+                                    "num_turns": result.get("num_turns"),
+                                    "is_error": result.get("is_error")}
+        return out
+
+    def outcome(self, facts: dict[str, Any]) -> str | None:
+        result = facts.get("claude_result") or {}
+        return "turn-budget-exhausted" if result.get("subtype") == "error_max_turns" else None
+
+
+def _last_result(path: str) -> dict[str, Any] | None:
+    """The last ``result`` event of a stream-json log."""
+    last: dict[str, Any] | None = None
+    try:
+        with open(path, "rb") as f:
+            for raw in f:
+                line = raw.strip()
+                if not line.startswith(b"{") or b'"result"' not in line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict) and event.get("type") == "result":
+                    last = event
+    except OSError:
+        return None
+    return last
+
+
+def usage_of(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's ``usage`` from a ``result`` event: the models
+    ``modelUsage`` names and its token counts summed over them (sub-agents
+    included), else the event's own ``usage``; ``total_cost_usd``."""
+    from saphan.tools import usage
+
+    per_model = result.get("modelUsage")
+    tokens: dict[str, int | None] = {k: None for k in usage.TOKEN_KINDS}
+    if isinstance(per_model, dict) and per_model:
+        keys = {"input": "inputTokens", "output": "outputTokens",
+                "cache_read": "cacheReadInputTokens",
+                "cache_creation": "cacheCreationInputTokens"}
+        for counts in per_model.values():
+            if isinstance(counts, dict):
+                usage.add(tokens, {k: counts.get(v) for k, v in keys.items()})
+        models: list[Any] = list(per_model)
+    else:
+        u = result.get("usage")
+        u = u if isinstance(u, dict) else {}
+        tokens = {"input": u.get("input_tokens"), "output": u.get("output_tokens"),
+                  "cache_read": u.get("cache_read_input_tokens"),
+                  "cache_creation": u.get("cache_creation_input_tokens")}
+        models = []
+    return usage.record(models=models, tokens=tokens, cost_usd=result.get("total_cost_usd"),
+                        reported_by="claude result event")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from saphan.errors import UserError
-from saphan.tools import binaries, permission_class
+from saphan.tools import binaries, claude, permission_class
 from saphan.tools.adapter import Adapter
 from saphan.tools.claude import ClaudeAdapter
 from saphan.tools.codex import CodexAdapter, Provider
@@ -72,6 +72,8 @@ def prepare(
     model = request.model or (slot.model if slot is not None else None)
     max_turns = request.max_turns or (slot.max_turns if slot is not None else None)
     max_seconds = request.max_seconds or (slot.max_seconds if slot is not None else None)
+    if tool == "claude":  # its endpoint and the models it pins are the only ones
+        claude.preflight(slot.endpoint if slot is not None else None, model)
     pc = permission_class.load(request.permission_class) if request.permission_class else None
     wd = os.path.realpath(workdir)
     if pc is not None and pc.write_scope and not pc.scope_covers(wd):
@@ -105,12 +107,13 @@ def prepare(
 
     limit = max_seconds or DEFAULT_AGENT_MAX_SECONDS
     endpoint = slot.endpoint if slot is not None else None
-    if tool == "claude":
-        return ClaudeAdapter(binary, instruction, confinement, run_id, max_seconds=limit)
     if endpoint is not None:
         from saphan.fleet.slots import check_endpoint
 
         check_endpoint(endpoint)  # again at run time: the store's row is not signed
+    if tool == "claude":
+        return ClaudeAdapter(binary, instruction, confinement, run_id, max_seconds=limit,
+                             max_turns=max_turns, endpoint=endpoint)
     if tool == "codex":
         return CodexAdapter(binary, instruction, confinement, run_id,
                             provider=_codex_provider(ctx, endpoint), max_seconds=limit)
