@@ -33,6 +33,7 @@ def _slot(tool: str) -> Slot:
     ("command", FAR, ["make"], None, "landlock"),
     ("command", LOCAL, ["make"], Request(permission_class="/c.json"), None),
     ("claude", LOCAL, [], Request(prompt="t", model="m1", resume="01R"), "landlock"),
+    ("claude", LOCAL, [], Request(prompt="t", max_turns=3), None),
     ("codex", LOCAL, [], Request(prompt_file="/task.md"), None),
     ("loop", LOCAL, [], Request(prompt="t", lane="a", max_turns=1, max_seconds=1), None),
 ])
@@ -55,7 +56,9 @@ def test_requests_that_fit(tool: str, machine: Machine, command: list[str],
     ("loop", LOCAL, [], Request(prompt="t", max_seconds=-5), None,
      "--max-seconds -5 is below 1"),
     ("claude", LOCAL, [], Request(prompt="t", lane="a", max_turns=3), None,
-     "--lane, --max-turns: only for loop slots; slot 's1' runs claude"),
+     "--lane: only for loop slots; slot 's1' runs claude"),
+    ("codex", LOCAL, [], Request(prompt="t", max_turns=3), None,
+     "--max-turns: for loop and claude slots; slot 's1' runs codex, which has no turn budget"),
     ("command", LOCAL, ["make"], Request(prompt="t"), None,
      "slot 's1' runs tool 'command': --prompt, --prompt-file, --model, --resume, --lane and "
      "--max-* are for agent slots"),

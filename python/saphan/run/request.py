@@ -60,9 +60,11 @@ def check_fits(
                                 ("--max-seconds", request.max_seconds)):
                 if value is not None and value < 1:
                     raise UserError(f"{flag} {value} is below 1")
-        elif loop_flags:
-            raise UserError(f"{', '.join(loop_flags)}: only for loop slots; slot {s.name!r} "
-                            f"runs {s.tool}")
+        elif request.lane is not None:
+            raise UserError(f"--lane: only for loop slots; slot {s.name!r} runs {s.tool}")
+        elif request.max_turns is not None and s.tool != "claude":
+            raise UserError(f"--max-turns: for loop and claude slots; slot {s.name!r} runs "
+                            f"{s.tool}, which has no turn budget (give --max-seconds S)")
         return
     if request is not None and (request.prompt is not None or request.prompt_file is not None
                                 or request.model is not None or request.resume is not None
