@@ -378,7 +378,7 @@ def test_config_show_masks_a_postgresql_password(saphan_sqlite: Saphan) -> None:
      'set confinement = "engine" under [run]'),
     ("[ssh]\ncommand_timeout = true\n", "ssh.command_timeout must be a TOML integer",
      "fix: write command_timeout = <integer> under [ssh]"),
-    ('[database]\nurl = "mysql://x"\n', "database.url 'mysql://x' is neither",
+    ('[database]\nurl = "mysql://x"\n', "database.url 'mysql://***' is neither",
      'fix: set url = "sqlite"'),
 ])
 def test_config_check_exits_2_naming_the_key_and_the_fix(saphan_sqlite: Saphan, text: str,

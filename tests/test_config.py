@@ -79,7 +79,7 @@ env_key = "LOCAL_KEY"
     ("[ssh]\ncommand_timeout = true\n",
      "ssh.command_timeout must be a TOML integer, got true (a TOML boolean)"),
     ("[codex]\nenv_key = 5\n", "codex.env_key must be a TOML string, got 5 (a TOML integer)"),
-    ("[database]\nurl = \"mysql://x\"\n", "database.url 'mysql://x' is neither"),
+    ("[database]\nurl = \"mysql://x\"\n", "database.url 'mysql://***' is neither"),
     ("[database]\nurl = \"sqlite:relative.db\"\n", "is neither \"sqlite\""),
     ("[ssh]\nconnect_timeout = 0\n", "ssh.connect_timeout is 0; give a number of seconds >= 1"),
     ("[database]\nwrite_retry_seconds = 3601\n",
@@ -176,10 +176,11 @@ def test_effective_masks_passwords_and_names_each_source(tmp_path: Path) -> None
     got = effective(load(path), workspace=tmp_path, key_path=tmp_path / "record.key",
                     sqlite_path=tmp_path / "saphan.db")
     assert ":pw@" not in str(got) and "pw2" not in str(got) and "secret" not in str(got)
-    assert got["store"] == "postgresql://u:***@h/d?password=***"
+    # libpq reads one password (the query's wins): shown once, masked
+    assert got["store"] == "postgresql://u:***@h/d"
     rows = {r["key"]: r for r in got["settings"]}
     assert rows["database.url"] == {"key": "database.url", "source": "file",
-                                    "value": "postgresql://u:***@h/d?password=***"}
+                                    "value": "postgresql://u:***@h/d"}
     assert rows["codex.base_url"]["value"] == "http://k:***@127.0.0.1:9/v1"
     assert rows["ssh.connect_timeout"] == {"key": "ssh.connect_timeout", "source": "default",
                                            "value": 10}
@@ -190,3 +191,40 @@ def test_effective_masks_passwords_and_names_each_source(tmp_path: Path) -> None
                        workspace=tmp_path, key_path=tmp_path / "k",
                        sqlite_path=tmp_path / "saphan.db")
     assert sqlite["store"] == "sqlite:////var/x.db"
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://:s3cretA@h/d",                      # no user name
+    "postgresql://u@h/d?%70assword=s3cretA",          # a percent-encoded key
+    "postgresql://u@h/d?sslpassword=s3cretA",         # the client key's passphrase
+    "postgresql://u:s3cretA%zz@h/d",                  # what libpq cannot parse
+])
+def test_effective_shows_no_password_libpq_would_read(tmp_path: Path, url: str) -> None:
+    path = _write(tmp_path, f'[database]\nurl = "{url}"\n')
+    got = effective(load(path), workspace=tmp_path, key_path=tmp_path / "record.key",
+                    sqlite_path=tmp_path / "saphan.db")
+    assert "s3cretA" not in str(got), got
+    rows = {r["key"]: r["value"] for r in got["settings"]}
+    assert rows["database.url"] == got["store"] and "***" in got["store"]
+
+
+@pytest.mark.parametrize("url", ["host=db password=s3cretA dbname=saphan",
+                                 "mysql://u:s3cretA@db/saphan"])
+def test_a_refused_database_url_is_not_echoed_whole(tmp_path: Path, url: str) -> None:
+    path = _write(tmp_path, f'[database]\nurl = "{url}"\n')
+    with pytest.raises(UserError) as info:
+        load(path)
+    message = str(info.value)
+    assert "is neither" in message and "s3cretA" not in message, message
+    assert "***" in message
+
+
+def test_effective_masks_a_token_in_the_codex_endpoint(tmp_path: Path) -> None:
+    """codex.base_url is no store URL (libpq would not parse it): its own
+    masking keeps the endpoint readable, its userinfo password and query
+    values hidden."""
+    path = _write(tmp_path, '[codex]\nbase_url = "http://k:s3cretA@127.0.0.1:9/v1?key=s3cretB"\n')
+    got = effective(load(path), workspace=tmp_path, key_path=tmp_path / "record.key",
+                    sqlite_path=tmp_path / "saphan.db")
+    rows = {r["key"]: r["value"] for r in got["settings"]}
+    assert rows["codex.base_url"] == "http://k:***@127.0.0.1:9/v1?key=***"

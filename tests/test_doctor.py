@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shlex
 import shutil
 import sqlite3
@@ -21,7 +22,8 @@ from conftest import PgServer, Result, Saphan, require, saphan_exe
 from saphan import _native
 from saphan.store.migrations import LATEST
 
-HOST_CHECKS = ["bubblewrap", "user-namespaces", "landlock", "saphan-custody", "launcher-custody"]
+HOST_CHECKS = ["bubblewrap", "bubblewrap-network", "user-namespaces", "landlock",
+               "saphan-custody", "launcher-custody"]
 WORKSPACE_CHECKS = ["config", "record-key", "store", "store-write", "migrations",
                     "agent-claude", "agent-codex"]
 LINE = re.compile(r"^(PASS|WARN|FAIL) (\S+): (.+)$")
@@ -90,6 +92,7 @@ def test_doctor_on_this_machine_passes_every_check(
     assert got["bubblewrap"][1].startswith(f"{find('bwrap')} ")
     assert f"ABI {level} (supported;" in got["landlock"][1]
     assert "unshare(CLONE_NEWUSER) succeeded" in got["user-namespaces"][1]
+    assert "--unshare-net" in got["bubblewrap-network"][1]
     assert got["migrations"][1] == f"schema at version {LATEST}: migrations 1..{LATEST} applied"
     store_url = saphan.ok("config", "show", "--json").json()["store"]
     assert got["store"][1].startswith(f"{store_url}: connected and read")
@@ -287,3 +290,213 @@ def test_help_needs_no_workspace(home: Path, args: list[str]) -> None:
     r = Saphan(home).ok(*args)
     assert "doctor" in r.out
     assert not home.exists()
+
+
+
+# -- no password shown, on any line ------------------------------------------------------
+
+SECRETS = ("s3cretA", "s3cretD", "s3cretE")
+
+
+def _no_secret(*texts: str) -> None:
+    for text in texts:
+        assert not any(x in text for x in SECRETS), text
+
+
+def test_no_password_is_printed_by_init_config_show_or_doctor(
+        tmp_path_factory: pytest.TempPathFactory, pg_server: PgServer) -> None:
+    """A password with no user name before it, one under a percent-encoded
+    key, an sslpassword: none is printed by init, config show (text and
+    JSON), doctor's PASS lines, its FAIL lines, or init's "cannot connect"."""
+    name = f"doctor_secret_{os.getpid()}"
+    pg_server.psql(f"CREATE DATABASE {name}")
+    where = f"127.0.0.1:{pg_server.port}/{name}"
+    urls = [f"postgresql://:s3cretA@{where}?user={pg_server.user}",  # the server trusts any
+            f"postgresql://{pg_server.user}@{where}?%70assword=s3cretD&sslpassword=s3cretE"]
+    for url in urls:
+        s = Saphan(tmp_path_factory.mktemp("home") / "saphan")
+        r = s.ok("init", "--database-url", url)
+        _no_secret(r.out, r.err)
+        shown = s.ok("config", "show", "--json").json()
+        assert isinstance(shown, dict) and "***" in shown["store"]
+        _no_secret(json.dumps(shown), s.ok("config", "show").out)
+        r = s("doctor")
+        assert _by_check(r)["store"][0] == "PASS", r.out
+        _no_secret(r.out, r.err, s("doctor", "--json").out)
+        # the server gone: the FAIL lines
+        down = url.replace(f":{pg_server.port}/", ":1/")
+        cfg = s.home / "config.toml"
+        cfg.write_text(cfg.read_text().replace(url, down))
+        r = s("doctor")
+        status, detail, _ = _by_check(r)["store"]
+        assert status == "FAIL" and detail.startswith("cannot connect to "), r.out
+        _no_secret(r.out, r.err, s("doctor", "--json").out)
+        r = Saphan(tmp_path_factory.mktemp("home") / "saphan")("init", "--database-url", down)
+        assert r.code != 0 and "cannot connect to " in r.err, r.err
+        _no_secret(r.out, r.err)
+
+
+# -- what a run needs of the store ------------------------------------------------------------
+
+_roles = [0]
+
+
+def _limited_role(pg_server: PgServer, db: str, grants: list[str]) -> str:
+    """A login role of its own with only ``grants`` (each `PRIVS ON WHAT`) in ``db``."""
+    _roles[0] += 1
+    role = f"doctor_role_{os.getpid()}_{_roles[0]}"
+    pg_server.psql(f"CREATE ROLE {role} LOGIN")
+    for grant in grants:
+        pg_server.psql(f"GRANT {grant} TO {role}", db=db)
+    return role
+
+
+def _as_role(s: Saphan, pg_server: PgServer, db: str, role: str) -> None:
+    cfg = s.home / "config.toml"
+    cfg.write_text(cfg.read_text().replace(pg_server.url(db),
+                                           f"postgresql://{role}@127.0.0.1:{pg_server.port}/{db}"))
+
+
+def _command_run(s: Saphan, tmp_path: Path) -> Result:
+    wd = tmp_path / "wd"
+    wd.mkdir(exist_ok=True)
+    return s("run", "--machine", "here", "--slot", "s1", "--workdir", str(wd), "--", "true")
+
+
+@pytest.mark.usefixtures("bwrap_available")
+def test_a_role_that_cannot_write_runs_fails_the_write_check(
+        home: Path, pg_server: PgServer, tmp_path: Path) -> None:
+    """The role writes schema_migrations and may create in the schema, and
+    nothing else: doctor FAILs (it said PASS, and every run failed with
+    `permission denied for table runs`), naming the grants; once they are
+    given, doctor PASSes and a run goes through."""
+    name = f"doctor_role_{os.getpid()}"
+    pg_server.psql(f"CREATE DATABASE {name}")
+    s = Saphan(home)
+    s.ok("init", "--database-url", pg_server.url(name))
+    s.ok("machine", "add", "here", "--local")
+    s.ok("slot", "add", "here", "s1", "--tool", "command")
+    role = _limited_role(pg_server, name, ["USAGE, CREATE ON SCHEMA public",
+                                           "SELECT, INSERT ON schema_migrations"])
+    _as_role(s, pg_server, name, role)
+    r = s("doctor")
+    assert r.code == 1, r.out
+    got = _by_check(r)
+    assert got["store"][0] == "PASS"
+    status, detail, fix = got["store-write"]
+    assert status == "FAIL" and "permission denied for table" in detail, detail
+    assert fix is not None
+    for grant in (f"GRANT SELECT, INSERT, UPDATE ON public.runs TO {role}",
+                  f"GRANT SELECT ON public.machines TO {role}",
+                  f"GRANT SELECT ON public.slots TO {role}",
+                  f"GRANT SELECT ON public.machine_facts TO {role}"):
+        assert grant in fix, fix
+    assert "schema_migrations" not in fix and "SCHEMA" not in fix, fix
+    ran = _command_run(s, tmp_path)
+    assert ran.code != 0 and "permission denied" in ran.err, ran.err  # as doctor says
+    for grant in re.findall(rf"GRANT [^;`]+ TO {role}", fix):
+        pg_server.psql(grant, db=name)
+    r = s("doctor")
+    assert _by_check(r)["store-write"][0] == "PASS", r.out
+    ran = _command_run(s, tmp_path)
+    assert ran.code == 0, ran.err  # as doctor says
+
+
+def test_a_role_that_cannot_create_in_the_schema_fails_the_write_check(
+        home: Path, pg_server: PgServer) -> None:
+    """Every table privilege, no CREATE on the schema: every command fails on
+    open_store's CREATE TABLE IF NOT EXISTS schema_migrations, so doctor FAILs."""
+    name = f"doctor_nocreate_{os.getpid()}"
+    pg_server.psql(f"CREATE DATABASE {name}")
+    s = Saphan(home)
+    s.ok("init", "--database-url", pg_server.url(name))
+    role = _limited_role(pg_server, name, [
+        "USAGE ON SCHEMA public", "ALL ON ALL TABLES IN SCHEMA public"])
+    _as_role(s, pg_server, name, role)
+    listed = s("machine", "list")
+    assert listed.code != 0 and "permission denied for schema public" in listed.err, listed.err
+    r = s("doctor")
+    assert r.code == 1, r.out
+    status, detail, fix = _by_check(r)["store-write"]
+    assert status == "FAIL" and "permission denied for schema public" in detail, detail
+    assert fix is not None and f"GRANT CREATE ON SCHEMA public TO {role}" in fix, fix
+    pg_server.psql(f"GRANT CREATE ON SCHEMA public TO {role}", db=name)
+    assert _by_check(s("doctor"))["store-write"][0] == "PASS"
+    s.ok("machine", "list")
+
+
+# -- network namespaces ---------------------------------------------------------------------
+
+@pytest.mark.usefixtures("bwrap_available")
+def test_without_network_namespaces_doctor_fails_the_network_trial(
+        saphan_sqlite: Saphan) -> None:
+    """user.max_net_namespaces=0 (in a user namespace of the test's own):
+    bubblewrap still makes a sandbox, but not one with --unshare-net, so
+    every `network: off` run would fail: FAIL with the sysctl named."""
+    require(shutil.which("unshare") is not None, "unshare(1)")
+    script = ("echo 0 > /proc/sys/user/max_net_namespaces && "
+              'exec "$0" "$@"')
+    p = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c", script,
+                        saphan_exe(), "doctor"], capture_output=True, text=True,
+                       env=saphan_sqlite.env(), timeout=120, stdin=subprocess.DEVNULL)
+    require(p.returncode != 255 and "unshare failed" not in p.stderr,
+            f"a user namespace whose sysctls can be set ({p.stderr.strip()})")
+    r = Result(p.returncode, p.stdout, p.stderr)
+    got = _by_check(r)
+    assert got["bubblewrap"][0] == "PASS", r.out
+    status, detail, fix = got["bubblewrap-network"]
+    assert status == "FAIL", r.out
+    assert "--unshare-net" in detail and "ENOSPC" in detail, detail
+    assert fix is not None and "user.max_net_namespaces" in fix, fix
+    assert "network: off" in fix
+    assert r.code == 1
+    # Outside it, the same trial passes.
+    assert _by_check(saphan_sqlite("doctor"))["bubblewrap-network"][0] == "PASS"
+
+
+# -- a store that does not answer -------------------------------------------------------------
+
+def test_a_locked_store_does_not_hang_doctor(home: Path, pg_server: PgServer) -> None:
+    """Another session holds ACCESS EXCLUSIVE on schema_migrations: doctor
+    printed nothing for as long as it was held. Now each line is printed as
+    it is measured, and the store check gives up at its lock timeout."""
+    import time
+
+    import psycopg
+
+    name = f"doctor_lock_{os.getpid()}"
+    pg_server.psql(f"CREATE DATABASE {name}")
+    s = Saphan(home)
+    s.ok("init", "--database-url", pg_server.url(name))
+    with psycopg.connect(pg_server.url(name)) as holder:
+        holder.execute("LOCK TABLE schema_migrations IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        p = subprocess.Popen([saphan_exe(), "doctor"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=s.env(), stdin=subprocess.DEVNULL)
+        try:
+            assert p.stdout is not None
+            early = b""
+            # the host's checks and config's line, read before doctor ends
+            while not re.search(rb"^(PASS|FAIL) config: ", early, re.MULTILINE):
+                ready, _, _ = select.select([p.stdout], [], [], started + 60 - time.monotonic())
+                chunk = os.read(p.stdout.fileno(), 65536) if ready else b""
+                assert chunk, f"nothing more printed after {time.monotonic() - started:.0f} s:" \
+                    f" {early.decode()!r}"
+                early += chunk
+            # ... while the store check still waits on the lock
+            assert p.poll() is None, early.decode()
+            out, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        took = time.monotonic() - started
+    r = Result(p.returncode, (early + out).decode(), err.decode())
+    from saphan.doctor import STORE_LOCK_TIMEOUT, STORE_STATEMENT_TIMEOUT
+
+    assert took < STORE_LOCK_TIMEOUT + 30, took
+    status, detail, fix = _by_check(r)["store"]
+    assert status == "FAIL" and "lock timeout" in detail, r.out
+    assert fix is not None
+    assert f"{STORE_LOCK_TIMEOUT:g} s" in fix and f"{STORE_STATEMENT_TIMEOUT:g} s" in fix, fix
+    assert r.code == 1

@@ -961,24 +961,27 @@ def doctor_cmd(ctx: click.Context, as_json: bool) -> None:
     """Check that this control plane can confine and record runs.
 
     One line per check, `PASS|WARN|FAIL CHECK: what was measured`, and under
-    anything short of PASS the fix: bubblewrap (the trial every run makes),
-    user namespaces, the Landlock ABI, the custody of saphan's files and of
-    saphan-launcher, config.toml, the record key, the store (reached, a write
+    anything short of PASS the fix: bubblewrap (the trial every run makes, and
+    again with --unshare-net, as `network: off` runs get it), user namespaces,
+    the Landlock ABI, the custody of saphan's files and of saphan-launcher,
+    config.toml, the record key, the store (reached, a write
     rolled back, migrations), the agent CLIs against the pinned versions,
     and each machine's signed rows (an SSH machine reached and its launcher's
-    probe run there, bounded). The store keeps nothing of it. Exit 0 when nothing FAILs,
-    1 otherwise.
+    probe run there, bounded). The store keeps nothing of it; its session waits
+    at most 3 s for a lock and 10 s for a statement. Each line is printed as
+    it is measured (--json: once all are). Exit 0 when nothing FAILs, 1 otherwise.
     """
     from saphan import doctor
 
-    results = doctor.run(ctx.find_root().obj.get("home"))
-    if as_json:
-        _emit_json([r.as_dict() for r in results])
-    else:
-        for r in results:
+    results = []
+    for r in doctor.checks(ctx.find_root().obj.get("home")):
+        results.append(r)
+        if not as_json:  # click.echo flushes: a slow check shows where it is
             click.echo(f"{r.status} {r.check}: {r.detail}")
             if r.fix:
                 click.echo(f"  fix: {r.fix}")
+    if as_json:
+        _emit_json([r.as_dict() for r in results])
     if any(r.status == doctor.FAIL for r in results):
         ctx.exit(EXIT_FAILED)
 

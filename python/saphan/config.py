@@ -102,8 +102,10 @@ def load(path: Path) -> Config:
     db = data.get("database", {})
     url = db.get("url", "sqlite")
     if not (url == "sqlite" or url.startswith(("sqlite:///", "postgresql://", "postgres://"))):
+        from saphan.store.postgres import redact_url
+
         raise UserError(
-            f"{path}: database.url {url!r} is neither \"sqlite\", \"sqlite:///PATH\" "
+            f"{path}: database.url {redact_url(url)!r} is neither \"sqlite\", \"sqlite:///PATH\" "
             "nor a postgresql:// URL; fix: set url = \"sqlite\" (or a postgresql://USER@HOST/DB "
             "URL) under [database]"
         )
@@ -142,7 +144,9 @@ def effective(config: Config, *, workspace: Path, key_path: Path,
               sqlite_path: Path) -> dict[str, Any]:
     """``saphan config show``: where the workspace and its files are, the
     store it opens, and every setting as it takes effect (``source``:
-    "file" or "default"). Passwords in URLs are masked."""
+    "file" or "default"). Passwords in URLs are masked (a store URL by
+    postgres.redact_url, the one function every printed store URL goes
+    through)."""
     from saphan.store import sqlite_file
     from saphan.store.postgres import redact_url
 
@@ -155,7 +159,7 @@ def effective(config: Config, *, workspace: Path, key_path: Path,
         "database.write_retry_seconds": config.write_retry_seconds,
         "ssh.connect_timeout": config.ssh_connect_timeout,
         "ssh.command_timeout": config.ssh_command_timeout,
-        "codex.base_url": (redact_url(config.codex_base_url)
+        "codex.base_url": (_redact_endpoint(config.codex_base_url)
                            if config.codex_base_url is not None else None),
         "codex.env_key": config.codex_env_key,
     }
@@ -170,6 +174,26 @@ def effective(config: Config, *, workspace: Path, key_path: Path,
             for k, v in values.items()
         ],
     }
+
+
+def _redact_endpoint(url: str) -> str:
+    """An HTTP endpoint as it may be printed: the password of its userinfo
+    and every query value masked (a token may ride there); not a URL: masked."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        user, sep, password = parts.netloc.rpartition("@")[0].partition(":")
+        host = parts.netloc.rpartition("@")[2]
+        query = urlencode([(k, "***") for k, _ in parse_qsl(parts.query, keep_blank_values=True)],
+                          safe="*")
+    except ValueError:
+        return "***"
+    if not parts.scheme or not host:
+        return "***"
+    netloc = (f"{user}{':***' if sep and password else ''}@" if "@" in parts.netloc
+              else "") + host
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 def confinement_mode(config: Config) -> str:

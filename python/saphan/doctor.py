@@ -11,8 +11,12 @@ rows (fleet/facts.py) and the delivered launcher's probe over the pinned
 transport (site/far.py, fleet/probes.py).
 
 Nothing is kept: the store's write check is rolled back, no migration is
-applied, no fact is recorded. No network is needed but the SSH machines'
-own, each bounded by :data:`SSH_CONNECT_TIMEOUT` and :data:`SSH_COMMAND_TIMEOUT`.
+applied, no fact is recorded. No network is needed but the store's and the
+SSH machines' own, each bounded: the store's session by
+:data:`STORE_LOCK_TIMEOUT` and :data:`STORE_STATEMENT_TIMEOUT` (a lock held
+elsewhere is a FAIL, not a hang), an SSH machine by :data:`SSH_CONNECT_TIMEOUT`
+and :data:`SSH_COMMAND_TIMEOUT`. :func:`checks` yields each result as it is
+measured, so a slow check shows where it is.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from saphan import refusals
@@ -32,6 +37,12 @@ if TYPE_CHECKING:
     from saphan.store.rows import Machine, Slot
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+
+#: seconds the store's session waits for a lock another session holds, and
+#: runs one statement, before the check FAILs (PostgreSQL's lock_timeout and
+#: statement_timeout; SQLite's busy timeout is the first)
+STORE_LOCK_TIMEOUT = 3.0
+STORE_STATEMENT_TIMEOUT = 10.0
 
 #: seconds an SSH machine gets to answer: to connect, then for its probe
 SSH_CONNECT_TIMEOUT = 10.0
@@ -74,7 +85,8 @@ class Subject:
         self.config: Config | None = None
         self.key: bytes | None = None
         self.store: Store | None = None
-        self.versions: list[int] = []
+        #: None until the store's schema is read
+        self.versions: list[int] | None = None
 
     def close(self) -> None:
         if self.store is not None:
@@ -83,24 +95,36 @@ class Subject:
 
 
 def run(home: str | os.PathLike[str] | None = None) -> list[Result]:
-    """Every check, in order: this host, saphan's own files, the workspace,
-    the store, the agent CLIs, the machines."""
-    results = [bubblewrap(), user_namespaces(), landlock(), saphan_custody(),
-               launcher_custody()]
+    """Every check's result (:func:`checks`), once all are measured."""
+    return list(checks(home))
+
+
+def checks(home: str | os.PathLike[str] | None = None) -> Iterator[Result]:
+    """Every check, in order, each yielded once measured: this host,
+    saphan's own files, the workspace, the store, the agent CLIs, the
+    machines."""
+    b = bubblewrap()
+    yield b
+    yield bubblewrap_network(b)
+    yield user_namespaces()
+    yield landlock()
+    yield saphan_custody()
+    yield launcher_custody()
     s = Subject(home)
     try:
-        results.append(config_file(s))
+        yield config_file(s)
         if s.workspace.exists():
-            results.append(record_key(s))
+            yield record_key(s)
         if s.config is not None:
-            results.append(store_reachable(s))
-        if s.store is not None:
-            results += [store_writable(s), migrations(s)]
-        results += [agent(s, tool) for tool in AGENT_TOOLS]
-        results += machines(s)
+            yield store_reachable(s)
+        if s.versions is not None:  # the schema was read: what a write needs, what is due
+            yield store_writable(s)
+            yield migrations(s)
+        for tool in AGENT_TOOLS:
+            yield agent(s, tool)
+        yield from machines(s)
     finally:
         s.close()
-    return results
 
 
 # -- this host ---------------------------------------------------------------------
@@ -130,6 +154,27 @@ def bubblewrap() -> Result:
     return _result("bubblewrap", PASS, f"{b.exe} {b.version} (sha256 {b.sha256[:16]}) made a "
                    "sandbox: --unshare-user --unshare-pid --proc /proc --cap-drop ALL -- true "
                    "exited 0")
+
+
+def bubblewrap_network(before: Result) -> Result:
+    """The bubblewrap trial again with --unshare-net: what every ``network:
+    off`` run gets (compose.usable_bwrap's own trial, asked for it)."""
+    from saphan.confine import compose
+
+    check = "bubblewrap-network"
+    skipped = _not_linux(check)
+    if skipped is not None:
+        return skipped
+    if before.status != PASS:
+        return _result(check, before.status, "not tried: bubblewrap made no sandbox (above)",
+                       "fix bubblewrap first (above)")
+    try:
+        b = compose.usable_bwrap(unshare_net=True)
+    except refusals.Refusal as r:
+        return _refused(check, r)
+    return _result(check, PASS, f"{b.exe} made a sandbox with a network namespace of its "
+                   "own, as `network: off` runs get: --unshare-user --unshare-net --unshare-pid "
+                   "--proc /proc --cap-drop ALL -- true exited 0")
 
 
 def _sysctl(path: str) -> str | None:
@@ -307,43 +352,74 @@ def store_reachable(s: Subject) -> Result:
             f"database.url in {s.config.path} names it (`saphan config show`)"))
     s.store = store
     try:
-        s.versions = store.schema_versions()
+        store.bound_waits(STORE_LOCK_TIMEOUT, STORE_STATEMENT_TIMEOUT)
+        versions = store.schema_versions()
     except StoreError as e:
         return _result("store", FAIL, f"{store.description}: connected, but its schema could "
-                       f"not be read: {e}", "`saphan db migrate` (it creates saphan's tables)")
-    return _result("store", PASS, f"{store.description}: connected and read "
-                   f"(schema version {max(s.versions, default=0)})")
+                       f"not be read: {e}", _waited(e) or "`saphan db migrate` (it creates "
+                       "saphan's tables)")
+    s.versions = versions
+    return _result("store", PASS, f"{store.description}: connected and read (schema version "
+                   f"{max(versions, default=0)}; {_BOUNDS})")
+
+
+_BOUNDS = (f"doctor's session waits at most {STORE_LOCK_TIMEOUT:g} s for a lock and "
+           f"{STORE_STATEMENT_TIMEOUT:g} s for a statement")
+
+
+def _waited(e: StoreError) -> str | None:
+    """The fix when a statement gave up waiting (:data:`STORE_LOCK_TIMEOUT`)."""
+    text = str(e)
+    if not any(x in text for x in ("lock timeout", "statement timeout", "database is locked")):
+        return None
+    return (f"another session holds a lock on saphan's tables ({_BOUNDS}): find it "
+            "(PostgreSQL: pg_locks joined to pg_stat_activity), let it finish or end it, then "
+            "`saphan doctor` again")
 
 
 def store_writable(s: Subject) -> Result:
-    """A row written inside a transaction, then rolled back (Store.check_writable)."""
+    """What every command and every run write, tried inside a transaction
+    that is rolled back (Store.check_writable); on PostgreSQL, what the
+    role lacks named as GRANT statements (Store.missing_grants)."""
     assert s.store is not None and s.config is not None
     sqlite_file = _sqlite_file(s, s.config.database_url)
     try:
         s.store.check_writable()
     except StoreError as e:
-        fix = (f"make {sqlite_file} and its directory writable by uid {os.geteuid()}, on a "
-               "filesystem mounted read-write" if sqlite_file else
-               "give the URL's role INSERT, UPDATE and DELETE on saphan's tables, and point "
-               "database.url at the primary (not a read-only standby)")
+        fix = _waited(e)
+        if fix is None and sqlite_file:
+            fix = (f"make {sqlite_file} and its directory writable by uid {os.geteuid()}, on "
+                   "a filesystem mounted read-write")
+        elif fix is None:
+            try:
+                grants = s.store.missing_grants()
+            except StoreError:
+                grants = []
+            fix = ("as the tables' owner (or a superuser): " + "; ".join(grants) if grants else
+                   "point database.url at the primary (not a read-only standby) and check that "
+                   "its role may write saphan's tables (doctor found no privilege missing)")
         return _result("store-write", FAIL, f"a write was refused: {e}", fix)
-    return _result("store-write", PASS, f"{s.store.description}: a row written inside a "
-                   "transaction and rolled back")
+    return _result("store-write", PASS, f"{s.store.description}: what every command and run "
+                   "write went through inside a transaction, rolled back (open_store's CREATE "
+                   "TABLE IF NOT EXISTS schema_migrations; a run's reads, its seat reserved, "
+                   "marked running, recorded and finalised; a refused run's row)")
 
 
 def migrations(s: Subject) -> Result:
     """The applied migrations against the ones this saphan knows."""
     from saphan.store.migrations import LATEST, MIGRATIONS
 
+    assert s.versions is not None
+    versions = s.versions
     known = [version for version, _, _ in MIGRATIONS]
-    unknown = sorted(set(s.versions) - set(known))
-    pending = [v for v in known if v not in s.versions]
+    unknown = sorted(set(versions) - set(known))
+    pending = [v for v in known if v not in versions]
     if unknown:
         return _result("migrations", FAIL, f"the store has migration(s) {unknown} this saphan "
                        f"does not know (it knows 1..{LATEST}): a newer saphan migrated it",
                        "upgrade saphan here to the version that migrated the store")
     if pending:
-        return _result("migrations", WARN, f"schema at version {max(s.versions, default=0)}; "
+        return _result("migrations", WARN, f"schema at version {max(versions, default=0)}; "
                        f"pending: {pending}", "`saphan db migrate` (the next command that "
                        "opens the store applies them too)")
     return _result("migrations", PASS, f"schema at version {LATEST}: migrations "

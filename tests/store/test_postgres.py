@@ -39,7 +39,8 @@ def db(url: str) -> Iterator[PostgresConnector]:
     ("postgresql://saphan:s3cr3t@db:5432/saphan", "postgresql://saphan:***@db:5432/saphan"),
     # libpq ends the password at the first "@"; a literal "@" is written %40
     ("postgresql://saphan:p%40ss@db/saphan", "postgresql://saphan:***@db/saphan"),
-    ("postgresql://saphan:@db/saphan", "postgresql://saphan:***@db/saphan"),
+    # an empty password is none: libpq reads no password from it
+    ("postgresql://saphan:@db/saphan", "postgresql://saphan@db/saphan"),
     ("postgresql://saphan@db/saphan", "postgresql://saphan@db/saphan"),
     ("postgres://db/saphan", "postgres://db/saphan"),
 ])
@@ -121,3 +122,69 @@ def test_a_connection_the_server_cut_is_reopened(db: PostgresConnector, url: str
     db.reopen()
     assert db.execute("SELECT v FROM t") == [("before",)]
     assert db.execute("SELECT pg_backend_pid()")[0][0] != pid
+
+
+# -- redact_url: parsed as libpq parses it, every secret masked ------------------------
+
+_SECRETS = ("s3cretA", "s3cretD", "s3cretE", "s3cretF", "s3cretG")
+
+
+@pytest.mark.parametrize(("given", "shown"), [
+    # no user name: the password is still a password
+    ("postgresql://:s3cretA@db/saphan", "postgresql://:***@db/saphan"),
+    # a percent-encoded key is the key libpq reads
+    ("postgresql://u@db/saphan?%70assword=s3cretD", "postgresql://u:***@db/saphan"),
+    ("postgresql://u@db/saphan?sslpassword=s3cretE", "postgresql://u@db/saphan?sslpassword=***"),
+    ("postgresql://u@db:5432/saphan?sslmode=disable&password=s3cretA",
+     "postgresql://u:***@db:5432/saphan?sslmode=disable"),
+    # several hosts, a socket directory, IPv6: the rest of the URL as libpq reads it
+    ("postgresql://u:s3cretG@a:1,b:2/saphan", "postgresql://u:***@a:1,b:2/saphan"),
+    ("postgresql://u@%2Fvar%2Frun/saphan?password=s3cretG",
+     "postgresql://u:***@%2Fvar%2Frun/saphan"),
+    ("postgresql://u:s3cretG@[::1]:5433/saphan", "postgresql://u:***@[::1]:5433/saphan"),
+])
+def test_every_password_libpq_reads_is_masked(given: str, shown: str) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    got = redact_url(given)
+    assert got == shown
+    assert not any(s in got for s in _SECRETS), got
+    # what libpq reads from the masked URL: the same settings, secrets "***"
+    secret = {"password", "sslpassword"}
+    assert conninfo_to_dict(got) == {k: ("***" if k in secret else v)
+                                     for k, v in conninfo_to_dict(given).items()}
+
+
+def test_a_key_value_connection_string_is_masked_too() -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    got = redact_url("host=db password=s3cretF dbname=saphan sslpassword='s3cretE x'")
+    assert "s3cretF" not in got and "s3cretE" not in got
+    assert conninfo_to_dict(got) == {"host": "db", "dbname": "saphan", "password": "***",
+                                     "sslpassword": "***"}
+
+
+@pytest.mark.parametrize("given", [
+    "postgresql://u:s3cretA%zz@db/saphan",        # libpq: invalid percent-encoded token
+    "postgresql://u:s3cretA@db/saphan?nokey=1",   # libpq: invalid URI query parameter
+    "postgresql://u@db/saphan?PassWord=s3cretA",  # (keys are case-sensitive)
+    "host=db password= s3cretA dbname",           # libpq: missing "="
+    "mysql://u:s3cretA@db/saphan",
+])
+def test_what_libpq_cannot_parse_is_never_shown_whole(given: str) -> None:
+    got = redact_url(given)
+    assert "s3cretA" not in got and "db" not in got, got
+    assert "***" in got
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://u:s3cretA%zz@127.0.0.1:1/saphan",
+    "postgresql://:s3cretA@127.0.0.1:1/saphan",
+    "postgresql://u@127.0.0.1:1/saphan?%70assword=s3cretA&sslpassword=s3cretE",
+])
+def test_a_connection_error_never_shows_a_secret(url: str) -> None:
+    """libpq's own parse errors quote the token they choke on: not shown."""
+    with pytest.raises(StoreError) as e:
+        PostgresConnector(url)
+    assert "s3cretA" not in str(e.value) and "s3cretE" not in str(e.value), str(e.value)
+    assert str(e.value).startswith(f"cannot connect to {redact_url(url)}")

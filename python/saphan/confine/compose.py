@@ -79,10 +79,15 @@ class _Bwrap:
     sha256: str
 
 
-def usable_bwrap() -> _Bwrap:
+def usable_bwrap(*, unshare_net: bool = False) -> _Bwrap:
     """bubblewrap from the trusted directories that can create a sandbox
     here, or the refusal. The trial runs ``true`` by its trusted path: by
-    name, a PATH without /usr/bin failed it as if namespaces were off."""
+    name, a PATH without /usr/bin failed it as if namespaces were off.
+
+    With ``unshare_net``, a second trial adds ``--unshare-net`` (what a
+    ``network: off`` run gets): a host that makes user namespaces but no
+    network namespace (``user.max_net_namespaces=0``: bwrap says ENOSPC) is
+    the refusal ``network-posture-unenforceable``, naming the setting."""
     from saphan import _native
     from saphan.confine import trusted
 
@@ -95,15 +100,19 @@ def usable_bwrap() -> _Bwrap:
             "install it: `apt-get install bubblewrap` (Debian/Ubuntu) or "
             "`dnf install bubblewrap` (Fedora/RHEL); it must be root-owned, mode 0755",
         )
+    sandbox = [exe, "--ro-bind", "/", "/", "--unshare-user", "--unshare-pid", "--proc", "/proc",
+               "--cap-drop", "ALL"]
+    true = trusted.find("true") or "true"
+    net = None
     try:
         version = subprocess.run(
             [exe, "--version"], capture_output=True, text=True, timeout=10, check=False
         ).stdout.strip()
-        trial = subprocess.run(
-            [exe, "--ro-bind", "/", "/", "--unshare-user", "--unshare-pid", "--proc", "/proc",
-             "--cap-drop", "ALL", "--", trusted.find("true") or "true"],
-            capture_output=True, text=True, timeout=30, check=False,
-        )
+        trial = subprocess.run([*sandbox, "--", true], capture_output=True, text=True,
+                               timeout=30, check=False)
+        if unshare_net and trial.returncode == 0:
+            net = subprocess.run([*sandbox, "--unshare-net", "--", true], capture_output=True,
+                                 text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise refusals.confinement_unavailable(
             f"{exe} could not be started: {e}",
@@ -115,6 +124,16 @@ def usable_bwrap() -> _Bwrap:
             "enable unprivileged user namespaces (`sysctl kernel.unprivileged_userns_clone=1`, "
             "or on Ubuntu allow bwrap in AppArmor), then check that "
             "`bwrap --ro-bind / / -- true` succeeds",
+        )
+    if net is not None and net.returncode != 0:
+        raise refusals.network_posture_unenforceable(
+            f"{exe} creates a sandbox on this host, but not one with a network namespace of "
+            f"its own (--unshare-net, what every `network: off` run gets): "
+            f"{net.stderr.strip()}",
+            "allow network namespaces: `sysctl -w user.max_net_namespaces=15000` (0 forbids "
+            "them; a container's runtime may forbid them too), then check that "
+            "`bwrap --ro-bind / / --unshare-user --unshare-net -- true` succeeds; until then "
+            "every `network: off` run here fails (a class's default when it names no network)",
         )
     return _Bwrap(exe, version.removeprefix("bubblewrap ").strip() or "unknown",
                   _native.sha256_file(exe))

@@ -14,6 +14,39 @@ from saphan.timefmt import now_iso
 # PostgreSQL: serialise concurrent first-use migrations across processes.
 _PG_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(72426)"
 
+# saphan doctor's (one dialect each, so here like the lock above): later
+# statements of the session give up instead of waiting on a lock; the
+# privileges a run needs, asked of PostgreSQL.
+_PG_BOUND_WAITS = ("SELECT set_config('lock_timeout', ?, false), "
+                   "set_config('statement_timeout', ?, false)")
+_SQLITE_BUSY_TIMEOUT = "PRAGMA busy_timeout = {ms:d}"
+_PG_ROLE_AND_SCHEMA = """
+SELECT quote_ident(current_user), quote_ident(current_schema()),
+       has_schema_privilege(current_schema(), 'CREATE')"""
+# [] when the table (as the session's search_path finds it) does not exist.
+_PG_TABLE_PRIVILEGE = """
+SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname), has_table_privilege(c.oid, ?)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass(?)"""
+_PG_FUNCTION_PRIVILEGE = """
+SELECT quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '('
+       || pg_get_function_identity_arguments(p.oid) || ')',
+       has_function_privilege(p.oid, 'EXECUTE')
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE p.oid = to_regprocedure(?)"""
+
+#: (table, privilege) for every table a run reads or writes (PostgreSQL):
+#: it reads its machine, slot and facts and the schema's version, and
+#: inserts and updates its own row of runs (check_writable tries each)
+RUN_PRIVILEGES: tuple[tuple[str, str], ...] = (
+    ("runs", "SELECT"), ("runs", "INSERT"), ("runs", "UPDATE"),
+    ("machines", "SELECT"), ("slots", "SELECT"), ("machine_facts", "SELECT"),
+    ("schema_migrations", "SELECT"),
+)
+#: the reservation loop a run calls on PostgreSQL (migration 3)
+RESERVE_FUNCTION = ("saphan_reserve(text, text, text, integer, text, text, integer, bigint, "
+                    "text, text, text)")
+
 
 class Store:
     def __init__(self, connector: Connector):
@@ -71,20 +104,77 @@ class Store:
         database saphan never migrated raises StoreError)."""
         return [int(r[0]) for r in self.db.execute(q.APPLIED_VERSIONS)]
 
+    def bound_waits(self, lock_seconds: float, statement_seconds: float) -> None:
+        """Every later statement of this connection gives up (StoreError)
+        after waiting ``lock_seconds`` for a lock another session holds, or
+        running ``statement_seconds`` (PostgreSQL's lock_timeout and
+        statement_timeout; SQLite's busy timeout, its only wait)."""
+        if self.db.dialect == "postgresql":
+            self.db.execute(_PG_BOUND_WAITS, (f"{round(lock_seconds * 1000)}ms",
+                                               f"{round(statement_seconds * 1000)}ms"))
+        else:
+            self.db.execute(_SQLITE_BUSY_TIMEOUT.format(ms=round(lock_seconds * 1000)))
+
     def check_writable(self) -> None:
-        """Write one row inside a transaction and roll it back: StoreError
-        when the store refuses the write. Nothing is kept (the row is a
-        migration numbered 0, which no migration uses)."""
+        """What every command and every run write, tried inside one
+        transaction that is rolled back (nothing is kept): open_store's
+        CREATE TABLE IF NOT EXISTS schema_migrations (on PostgreSQL it needs
+        CREATE in the schema even when the table exists), then a run's own
+        statements: its machine, slot and facts read, a seat reserved,
+        marked running, its holder and record written, finalised, and a
+        refused run's row. StoreError names the first one refused."""
+        import uuid
 
         class _RolledBack(Exception):
             pass
 
+        run_id, machine, slot = f"doctor-{uuid.uuid4().hex}", "saphan-doctor", "write-check"
+        holder = ("saphan-doctor", 0, None, None)
         try:
             with self.db.transaction():
-                self.db.execute(q.RECORD_MIGRATION, (0, "write check (rolled back)", now_iso()))
+                self.db.execute(q.CREATE_MIGRATIONS_TABLE)
+                self.get_machine(machine)
+                self.get_slot(machine, slot)
+                self.get_fact(machine, "landlock")
+                self.live_runs(machine, slot)
+                self.reserve(run_id=run_id, machine=machine, slot=slot, capacity=1,
+                             tool="command", workdir=None, holder=holder)
+                self.mark_running(run_id)
+                self.set_holder(run_id, holder)
+                self.set_record(run_id, "{}")
+                self.finalize(run_id, state="ended", outcome="exited", exit_code=0,
+                              record_json="{}")
+                self.insert_refused_run(run_id=f"{run_id}-refused", machine=machine, slot=slot,
+                                        tool="command", workdir=None, holder=holder,
+                                        refusal_class="doctor-write-check", record_json="{}")
                 raise _RolledBack
         except _RolledBack:
             pass
+
+    def missing_grants(self) -> list[str]:
+        """PostgreSQL: the GRANT statements that would give this session's
+        role what open_store and a run need (CREATE in its schema, the
+        :data:`RUN_PRIVILEGES`, EXECUTE on the reservation function), for
+        the tables that exist. Empty on SQLite, or when nothing is missing."""
+        if self.db.dialect != "postgresql":
+            return []
+        role, schema, can_create = self.db.execute(_PG_ROLE_AND_SCHEMA)[0]
+        grants = []
+        if schema is None:
+            grants.append(f"ALTER ROLE {role} SET search_path = <a schema that exists>")
+        elif not can_create:
+            grants.append(f"GRANT CREATE ON SCHEMA {schema} TO {role}")
+        missing: dict[str, list[str]] = {}
+        for table, privilege in RUN_PRIVILEGES:
+            for name, held in self.db.execute(_PG_TABLE_PRIVILEGE, (privilege, table)):
+                if not held:
+                    missing.setdefault(name, []).append(privilege)
+        grants += [f"GRANT {', '.join(privileges)} ON {name} TO {role}"
+                   for name, privileges in missing.items()]
+        for name, held in self.db.execute(_PG_FUNCTION_PRIVILEGE, (RESERVE_FUNCTION,)):
+            if not held:
+                grants.append(f"GRANT EXECUTE ON FUNCTION {name} TO {role}")
+        return grants
 
     # -- machines ------------------------------------------------------------
     def add_machine(self, m: Machine) -> bool:
