@@ -79,6 +79,26 @@ def test_without_landlock_no_confirmation_is_needed() -> None:
     assert "not_enforced" not in record and end.outcome == "exited"
 
 
+def test_a_boundary_whose_reaper_never_spoke_never_started() -> None:
+    """Review: bubblewrap failed to build the jail (no network namespace left)
+    and the record still said enforced by bubblewrap, network off."""
+    reaper = "c" * 64
+    record, end = {"id": "R1", "enforced_by": {"mechanism": "bubblewrap"},
+                   "network": "off: a network namespace of its own"}, _ended()
+    apply([], Expected(landlock=False, self_sha256=reaper), record, end)
+    assert record["enforced_by"] is None
+    assert record["not_enforced"]["claimed_by_composition"]["mechanism"] == "bubblewrap"
+    assert "the boundary never started" in record["not_enforced"]["why"]
+    assert record["network"] == "not applied: the boundary never started"
+    assert end.outcome == "failed"
+    # another reaper's digest is no confirmation either; its own is
+    for lines, started in (([f"saphan-launcher: self sha256={'d' * 64}"], False),
+                           ([f"saphan-launcher: self sha256={reaper}", EXITED], True)):
+        record, end = {"id": "R1", "enforced_by": {"mechanism": "bubblewrap"}}, _ended()
+        apply(lines, Expected(landlock=False, self_sha256=reaper), record, end)
+        assert (record["enforced_by"] is not None) == started
+
+
 def test_a_missing_exited_line_is_noted_and_not_counted() -> None:
     record, end = {"id": "R1", "enforced_by": None}, _ended()
     apply([], Expected(landlock=False), record, end)

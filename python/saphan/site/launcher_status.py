@@ -86,6 +86,7 @@ def apply(lines: list[str], expected: Expected, record: dict[str, Any], end: Run
         record["notes"] = [*record.get("notes", []), "the launcher did not report how the run "
                            "ended; processes killed at the end are not counted"]
     if not expected.landlock:
+        _check_started(lines, expected, record, end)
         return
     why = _mismatch(lines, expected)
     if why is not None:
@@ -106,6 +107,30 @@ def exit_code(lines: list[str]) -> int | None:
     """The command's status from the launcher's ``exited`` line."""
     exited = next((m for m in map(EXITED.match, lines) if m), None)
     return int(exited.group(1)) if exited is not None else None
+
+
+def _check_started(lines: list[str], expected: Expected, record: dict[str, Any],
+                   end: RunEnd) -> None:
+    """The reaper is the boundary's first process and says its digest before
+    anything of the run starts: without that line nothing ran inside the
+    boundary (bubblewrap failed to build it: its error is in stderr.log), so
+    nothing is claimed enforced — nor a network cut."""
+    if expected.self_sha256 is None:
+        return
+    if any(m and m.group(1) == expected.self_sha256 for m in map(SELF.match, lines)):
+        return
+    claimed = record.get("enforced_by")
+    record["enforced_by"] = None
+    record["not_enforced"] = {
+        "claimed_by_composition": claimed,
+        "why": "the boundary never started: saphan-launcher's reaper, its first process, did "
+               "not confirm its own digest (the boundary's own error is in stderr.log)"}
+    if str(record.get("network", "")).startswith("off"):
+        record["network"] = "not applied: the boundary never started"
+    record["notes"] = [*record.get("notes", []), "NOT ENFORCED: the boundary never started, "
+                       "so nothing of the run ran inside it"]
+    if end.outcome == "exited":
+        end.outcome = "failed"
 
 
 def _mismatch(lines: list[str], expected: Expected) -> str | None:

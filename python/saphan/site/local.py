@@ -344,7 +344,9 @@ class LocalSite:
             landlock=landlock,
             writable=tuple(boundary.policy.writable_set()) if landlock else (),
             abi=boundary.extra.get("abi") if landlock else None,
-            self_sha256=boundary.executable_sha256 if landlock else None,
+            # the jail's first process: the launcher (Landlock) or its reaper
+            self_sha256=(boundary.executable_sha256 if landlock
+                         else (boundary.extra.get("reaper") or {}).get("sha256")),
         ), record, end)
 
     def interrupted(self, e: Interrupted) -> str:
