@@ -288,7 +288,9 @@ def test_slot_run_defaults_through_the_cli(saphan_sqlite: Saphan) -> None:
     r = s("slot", "add", "m1", "cx", "--tool", "codex", "--max-turns", "3")
     assert r.code == 2 and "--max-turns applies to claude, loop slots" in r.err
     r = s("run", "--machine", "m1", "--slot", "cl", "--prompt", "x", "--max-seconds", "0")
-    assert r.code == 2 and "0 is not in the range 1<=x<=604800" in r.err
+    assert r.code == 2 and r.err == "error: --max-seconds 0 is below 1\n"
+    r = s("run", "--machine", "m1", "--slot", "cl", "--prompt", "x", "--max-turns", "10001")
+    assert r.code == 2 and r.err == "error: --max-turns 10001 is out of range; give 1..10000\n"
 
 
 # -- runs: text and --json ---------------------------------------------------------------------

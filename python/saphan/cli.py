@@ -529,10 +529,10 @@ def slot_set(
                    "(the only way a session is ever continued).")
 @click.option("--lane", default=None, metavar="NAME",
               help="Loop slots: the model lane (default: the only one declared).")
-@click.option("--max-turns", type=click.IntRange(1, 10_000), default=None, metavar="N",
+@click.option("--max-turns", type=int, default=None, metavar="N",
               help="Loop and claude slots: model turns before the run ends (loop default 50; "
                    "else the slot's default, if any).")
-@click.option("--max-seconds", type=click.IntRange(1, 7 * 24 * 3600), default=None, metavar="S",
+@click.option("--max-seconds", type=int, default=None, metavar="S",
               help="Agent slots: wall-clock budget in seconds (default: the slot's, else loop "
                    "1800, claude and codex 3600), after which the run's whole tree is ended: "
                    "time-limit-killed.")

@@ -47,8 +47,14 @@ def check_fits(
         if s.tool == "codex" and boundary is not None:
             raise UserError("Codex confines itself (the engine's boundary cannot nest around "
                             "its sandbox); drop --boundary for a codex slot")
-        if request.max_seconds is not None and request.max_seconds < 1:
-            raise UserError(f"--max-seconds {request.max_seconds} is below 1")
+        from saphan.fleet.slots import MAX_SECONDS_RANGE, MAX_TURNS_RANGE
+
+        for flag, value, (lo, hi) in (("--max-seconds", request.max_seconds, MAX_SECONDS_RANGE),
+                                      ("--max-turns", request.max_turns, MAX_TURNS_RANGE)):
+            if value is not None and value < lo:
+                raise UserError(f"{flag} {value} is below {lo}")
+            if value is not None and value > hi:
+                raise UserError(f"{flag} {value} is out of range; give {lo}..{hi}")
         if s.tool == "loop":
             if request.model is not None:
                 raise UserError("a loop slot runs the model its lane names; drop --model "
@@ -56,10 +62,6 @@ def check_fits(
             if request.resume is not None:
                 raise UserError("the built-in loop keeps no sessions, so there is nothing to "
                                 "--resume; start a new run with the task")
-            for flag, value in (("--max-turns", request.max_turns),
-                                ("--max-seconds", request.max_seconds)):
-                if value is not None and value < 1:
-                    raise UserError(f"{flag} {value} is below 1")
         elif request.lane is not None:
             raise UserError(f"--lane: only for loop slots; slot {s.name!r} runs {s.tool}")
         elif request.max_turns is not None and s.tool != "claude":
