@@ -24,8 +24,8 @@ VERBS = {
          "runs", "slot"],
     "config": ["check", "show"],
     "machine": ["add", "deliver", "list", "probe-confinement", "remove", "show"],
-    "slot": ["add", "list", "set", "show"],
-    "runs": ["cancel", "finalize", "list", "show"],
+    "slot": ["add", "list", "remove", "set", "show"],
+    "runs": ["cancel", "finalize", "list", "logs", "show"],
     "lane": ["add", "check", "list", "remove"],
     "db": ["migrate"],
     "policy": ["check"],
@@ -255,11 +255,11 @@ def test_tables(saphan_sqlite: Saphan) -> None:
     # Columns line up: each header starts where its values start.
     assert lines[0].index("ADDRESS") == lines[1].index("local", lines[1].index("local") + 1)
     slots = s.ok("slot", "list").out.splitlines()
-    assert slots[0].split() == ["MACHINE", "SLOT", "TOOL", "MAX_SESSIONS", "AGENT", "PIN"]
-    assert slots[1].split() == ["m1", "s1", "command", "1", "(default)", "-"]
+    assert slots[0].split() == ["MACHINE", "SLOT", "TOOL", "MAX_SESSIONS", "AGENT_PIN"]
+    assert slots[1].split() == ["m1", "s1", "command", "1", "-"]
     shown = s.ok("machine", "show", "m1").out.splitlines()
     assert shown[:2] == ["name: m1", "transport: local"]
-    assert "slots:" in shown and "  s1  tool=command  max_sessions=None" in shown
+    assert "slots:" in shown and "  s1  tool=command  max_sessions=1 (default)" in shown
     assert shown[-1] == "facts: none measured"
     slot = s.ok("slot", "show", "m1", "s1").out.splitlines()
     assert slot[:3] == ["slot s1 on m1: tool command, capacity 1, 0 live", "agent pin: none",

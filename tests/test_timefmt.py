@@ -45,3 +45,18 @@ def test_later_stamps_sort_later_as_text() -> None:
         time.sleep(0.0005)
     assert sorted(stamps) == stamps
     assert len(set(stamps)) == len(stamps)
+
+
+def test_durations_and_since_are_bounded_bad_input() -> None:
+    from saphan.errors import UserError
+    from saphan.timefmt import parse_duration, parse_since
+
+    assert [parse_duration(t, "--x") for t in ("0", "45", "30s", "15m", "2h", "7d", "1w")] == [
+        0, 45, 30, 900, 7200, 604800, 604800]
+    for bad in ("", "x", "-1", "1.5h", "3y", "99999999999999999999d", "3651d"):
+        with pytest.raises(UserError, match="--x"):
+            parse_duration(bad, "--x")
+    assert parse_since("2026-11-30T12:00") == "2026-11-30T12:00:00"
+    assert parse_since("1h") < now_iso()
+    with pytest.raises(UserError, match="not a date"):
+        parse_since("2026-02-30")

@@ -6,7 +6,8 @@
 4. retry once;
 5. otherwise refuse ``seat-full``, naming both numbers and the holders.
 
-Nothing here waits: there is no loop beyond the one retry.
+Nothing here waits unless asked (``wait``, `saphan run --wait`): then step 4
+repeats with backoff, holding nothing between tries.
 """
 
 from __future__ import annotations
@@ -61,10 +62,16 @@ def recover_dead_holders(
 def reserve_seat(
     store: Store, slot: Slot, *, run_id: str, tool: str, workdir: str | None, holder: Holder,
     remote: RemoteCheck | None = None, record_key: KeySource | None = None,
+    wait: float = 0.0, on_wait: Callable[[str], None] | None = None,
 ) -> int:
     """The ordinal this run holds, or the ``seat-full`` refusal.
 
     ``record_key`` signs the records of dead holders finalised on the way.
+    ``wait`` (seconds, `saphan run --wait`): a full slot is tried again —
+    the same reservation, the same run id — with a backoff of 0.25 s
+    doubling to 4 s, until a seat is taken or the time is spent. Each try is
+    one statement; nothing (no transaction, no lock) is held between tries.
+    ``on_wait`` is told once, when the waiting starts.
     """
     args = dict(
         run_id=run_id, machine=slot.machine, slot=slot.name, capacity=slot.capacity,
@@ -78,6 +85,12 @@ def reserve_seat(
     ordinal = store.reserve(**args)  # type: ignore[arg-type]
     if ordinal is not None:
         return ordinal
+    waited = ""
+    if wait > 0:
+        ordinal = _wait_for_seat(store, slot, args, wait, remote, record_key, on_wait)
+        if ordinal is not None:
+            return ordinal
+        tested, waited = {}, f"; waited {wait:g} s for a seat"
     # Read again for the message: what holds the seat now. Holders already
     # tested a moment ago keep that verdict; only newcomers are tested.
     holding = [
@@ -85,11 +98,40 @@ def reserve_seat(
         for r in store.live_runs(slot.machine, slot.name)
     ]
     raise refusals.seat_full(
-        seat_full_message(slot, holding),
+        seat_full_message(slot, holding) + waited,
         f"wait for a holder to finish, raise the capacity with `saphan slot set "
         f"{slot.machine} {slot.name} --max-sessions N`, or end a run with `saphan runs "
         "cancel ID` (it ends the run's processes and records it cancelled)",
     )
+
+
+#: `saphan run --wait`'s backoff between tries of the same reservation (seconds)
+WAIT_FIRST, WAIT_MOST = 0.25, 4.0
+
+
+def _wait_for_seat(
+    store: Store, slot: Slot, args: dict[str, object], wait: float,
+    remote: RemoteCheck | None, record_key: KeySource | None,
+    on_wait: Callable[[str], None] | None,
+) -> int | None:
+    """Try ``args``' reservation again until ``wait`` seconds are spent (reserve_seat)."""
+    import time
+
+    if on_wait is not None:
+        on_wait(f"slot {slot.name} on {slot.machine} is full ({slot.capacity} of "
+                f"{slot.capacity} seats held); waiting up to {wait:g} s for a seat")
+    deadline = time.monotonic() + wait
+    delay = WAIT_FIRST
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, WAIT_MOST)
+        ordinal = store.reserve(**args)  # type: ignore[arg-type]
+        if ordinal is None:
+            recover_dead_holders(store, slot, remote, record_key)
+            ordinal = store.reserve(**args)  # type: ignore[arg-type]
+        if ordinal is not None:
+            return ordinal
+    return None
 
 
 def seat_full_message(slot: Slot, holding: list[tuple[RunRow, Liveness]]) -> str:

@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from saphan.records import RunRecord
 
 EXIT_FAILED = 1
+#: the most seats a slot may have (a bigger number is bad input, exit 2)
+MAX_SESSIONS = 1_000_000
+#: `saphan run --wait`: bare, and at most (seconds)
+DEFAULT_WAIT, MAX_WAIT = 600.0, 86_400.0
 
 
 def _engine(ctx: click.Context) -> Engine:
@@ -46,7 +50,8 @@ def _emit_compact(value: Any) -> str:
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> None:
-    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+    # One word per header and "-" for an empty cell: `awk '{print $N}'` stays on column N.
+    cells = [[("-" if c is None or str(c) == "" else str(c)) for c in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h)
               for i, h in enumerate(headers)]
     click.echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
@@ -226,7 +231,8 @@ def machine_show(ctx: click.Context, name: str, as_json: bool) -> None:
             click.echo(f"host_key_fingerprint: {fingerprint(value[k])}")
     click.echo("slots:" if value["slots"] else "slots: none")
     for s in value["slots"]:
-        click.echo(f"  {s['slot']}  tool={s['tool']}  max_sessions={s['max_sessions']}")
+        click.echo(f"  {s['slot']}  tool={s['tool']}  max_sessions="
+                   f"{s['max_sessions'] or '1 (default)'}")
     click.echo("facts:" if value["facts"] else "facts: none measured")
     for kind, fact in value["facts"].items():
         click.echo(f"  {kind}: {_emit_compact(fact['value'])} "
@@ -372,8 +378,8 @@ def _defaults_text(s: Any) -> str:
 @click.argument("slot_name", metavar="SLOT")
 @click.option("--tool", required=True, type=click.Choice(["command", "claude", "codex", "loop"]),
               help="The agent tool this slot runs.")
-@click.option("--max-sessions", type=int, default=None,
-              help="Concurrent runs allowed (default: exactly one).")
+@click.option("--max-sessions", type=click.IntRange(max=MAX_SESSIONS), default=None,
+              help="Concurrent runs allowed, 1..1000000 (default: exactly one).")
 @click.option("--pin-sha256", "pin", metavar="HEX", default=None,
               help="Refuse any run whose agent binary's SHA-256 is not HEX (digest-mismatch).")
 @_run_default_options
@@ -409,8 +415,8 @@ def slot_list(ctx: click.Context, machine_name: str | None, as_json: bool) -> No
     if as_json:
         _emit_json([s.as_dict() for s in ss])
         return
-    _table(["machine", "slot", "tool", "max_sessions", "agent pin"],
-           [[s.machine, s.name, s.tool, s.max_sessions or "1 (default)",
+    _table(["machine", "slot", "tool", "max_sessions", "agent_pin"],
+           [[s.machine, s.name, s.tool, s.max_sessions or 1,
              s.agent_sha256 or "-"] for s in ss])
 
 
@@ -439,8 +445,8 @@ def slot_show(ctx: click.Context, machine_name: str, slot_name: str, as_json: bo
 @slot.command("set")
 @click.argument("machine_name", metavar="MACHINE")
 @click.argument("slot_name", metavar="SLOT")
-@click.option("--max-sessions", type=int, default=None,
-              help="New capacity. Lowering never evicts a live run.")
+@click.option("--max-sessions", type=click.IntRange(max=MAX_SESSIONS), default=None,
+              help="New capacity, 1..1000000. Lowering never evicts a live run.")
 @click.option("--pin-sha256", "pin", metavar="HEX", default=None,
               help="Pin the agent binary's SHA-256 (runs with another binary are refused).")
 @click.option("--unpin", is_flag=True, help="Remove the agent binary pin.")
@@ -491,6 +497,19 @@ def slot_set(
         click.echo(f"slot {s.name} on {s.machine} run defaults: {_defaults_text(s)}")
 
 
+@slot.command("remove")
+@click.argument("machine_name", metavar="MACHINE")
+@click.argument("slot_name", metavar="SLOT")
+@click.pass_context
+def slot_remove(ctx: click.Context, machine_name: str, slot_name: str) -> None:
+    """Remove a slot (its runs' history is kept). Refused (exit 2) while a run
+    holds one of its seats: let it finish, or `saphan runs cancel ID`."""
+    from saphan.fleet import slots
+
+    gone = slots.remove_slot(_engine(ctx).ctx, machine_name, slot_name)
+    click.echo(f"removed slot {gone.name} on {gone.machine} (its run history is kept)")
+
+
 # -- runs -----------------------------------------------------------------------
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -509,7 +528,19 @@ def slot_set(
 @click.option("--boundary", type=click.Choice(["landlock"]), default=None,
               help="Enforce writes with saphan-launcher's Landlock domain (needs a probed "
                    "machine at or above the floor) instead of the platform's own boundary.")
-@click.option("--json", "as_json", is_flag=True, help="Print the final record as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the final record as JSON on stdout (a refusal: the refused run's "
+                   "record, or {\"refusal\": ...} when none was written); the command's own "
+                   "output then streams to stderr.")
+@click.option("--wait", "wait", type=click.FloatRange(0, MAX_WAIT), is_flag=False,
+              flag_value=DEFAULT_WAIT, default=None, metavar="[=SECS]",
+              help=f"When the slot is full, try the same reservation again with backoff for up "
+                   f"to SECS seconds (bare --wait: {DEFAULT_WAIT:.0f}; 0..{MAX_WAIT:.0f}) "
+                   "instead of refusing seat-full at once. Nothing is held while waiting.")
+@click.option("--exit-code", "exit_code", type=click.Choice(["saphan", "command"]),
+              default="saphan", show_default=True,
+              help="command: exit with the command's own status (a signal N: 128+N; none: "
+                   "1); saphan: 0 when it exited 0, else 1.")
 @click.option("--raw", is_flag=True,
               help="claude and codex slots: show the tool's raw event stream (JSONL) live. "
                    "Without it, when stdout is a terminal, they show one line per step (tool "
@@ -544,7 +575,7 @@ def run(
     as_json: bool, prompt: str | None, prompt_file: str | None, model: str | None,
     permission_class: str | None, resume: str | None, lane: str | None,
     max_turns: int | None, max_seconds: int | None, command: tuple[str, ...],
-    raw: bool,
+    raw: bool, wait: float | None, exit_code: str,
 ) -> None:
     """Run COMMAND inside the write boundary: saphan run --machine M --slot S -- CMD ARGS…
 
@@ -555,8 +586,20 @@ def run(
     model: saphan run --machine M --slot S --prompt TEXT [--lane NAME]
 
     The run's output streams here and to $SAPHAN_HOME/runs/<id>/. Exit status:
-    0 when the command exited 0, 1 when it failed, 3 when refused.
+    0 when the command exited 0, 1 when it failed, 3 when refused
+    (--exit-code=command: the command's own status).
     """
+    from click.core import ParameterSource
+
+    from saphan.errors import UserError
+
+    if repo is None and ctx.get_parameter_source("keep_worktree") is ParameterSource.COMMANDLINE:
+        raise UserError(f"--{'keep' if keep_worktree else 'remove'}-worktree needs --repo (only "
+                        "a --repo run has a worktree); drop it or give --repo PATH")
+    if wait is not None and command and command[0].startswith("-"):
+        # click leaves `--wait=-1`'s value on the command line: a negative wait, not a command
+        raise click.BadParameter(f"{command[0]!r}: give seconds 0..{MAX_WAIT:.0f} (--wait=SECS)",
+                                 param_hint="'--wait'")
     engine = _engine(ctx)
     request = None
     if any(v is not None for v in (prompt, prompt_file, model, permission_class, resume, lane,
@@ -567,24 +610,27 @@ def run(
         request = Request(prompt=prompt, prompt_file=prompt_file, model=model,
                           permission_class=permission_class, resume=resume, lane=lane,
                           max_turns=max_turns, max_seconds=max_seconds)
-    record = engine.run(machine_name, slot_name, list(command), workdir=workdir,
-                        stream=not as_json, boundary=boundary, repo=repo, base_ref=base_ref,
-                        keep_worktree=keep_worktree, request=request,
-                        view=not (as_json or raw) and sys.stdout.isatty())
+    from saphan.run import outcome as run_outcome
+
+    with run_outcome.json_stdout(engine, as_json):
+        record = engine.run(machine_name, slot_name, list(command), workdir=workdir,
+                            stream=True, boundary=boundary, repo=repo, base_ref=base_ref,
+                            keep_worktree=keep_worktree, request=request,
+                            view=not (as_json or raw) and sys.stdout.isatty(), wait=wait or 0.0)
     if as_json:
         click.echo(record.to_json())
     else:
         from saphan.run.end import signal_text
 
         enforced = record.enforced_by or {}
+        by = " ".join(str(enforced[k]) for k in ("mechanism", "version") if enforced.get(k))
         click.echo(
             f"run {record.id} {record.outcome} (exit {signal_text(record.exit_code)}); "
-            "enforced by "
-            f"{enforced.get('mechanism')} {enforced.get('version')}; "
-            f"record: saphan runs show {record.id}", err=True,
+            f"enforced by {by or 'nothing'}; record: saphan runs show {record.id}", err=True,
         )
-    if record.exit_code != 0:
-        ctx.exit(EXIT_FAILED)
+    code = run_outcome.exit_status(record.exit_code, own=exit_code == "command")
+    if code != 0:
+        ctx.exit(code)
 
 
 # -- lanes ----------------------------------------------------------------------
@@ -631,7 +677,7 @@ def lane_list(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         _emit_json([x.as_dict() for x in declared])
         return
-    _table(["lane", "model", "base url", "credential file", "variable", "timeout"],
+    _table(["lane", "model", "base_url", "credential_file", "variable", "timeout"],
            [[x.name, x.model, x.base_url, x.credential_file, x.credential_env, x.timeout]
             for x in declared])
 
@@ -672,11 +718,26 @@ def runs() -> None:
 
 
 @runs.command("list")
-@click.option("--limit", type=int, default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True,
+              help="At most N runs (1..10000).")
+@click.option("--state", default=None, metavar="STATE",
+              help="Only runs in STATE: live (reserved or running), reserved, running, ended, "
+                   "refused.")
+@click.option("--machine", "machine_name", default=None, metavar="NAME",
+              help="Only runs on machine NAME.")
+@click.option("--slot", "slot_name", default=None, metavar="NAME", help="Only runs on slot NAME.")
+@click.option("--outcome", default=None, metavar="OUTCOME",
+              help="Only runs that ended OUTCOME (exited, failed, refused, cancelled, ...).")
+@click.option("--since", default=None, metavar="WHEN",
+              help="Only runs started since WHEN: a duration back from now (30m, 12h, 7d) or "
+                   "a UTC date or time (2026-11-30, 2026-11-30T12:00).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Machine-readable output: every run with the same keys (null when empty).")
 @click.pass_context
-def runs_list(ctx: click.Context, limit: int, as_json: bool) -> None:
-    """List recent runs, newest first.
+def runs_list(ctx: click.Context, limit: int, state: str | None, machine_name: str | None,
+              slot_name: str | None, outcome: str | None, since: str | None,
+              as_json: bool) -> None:
+    """List recent runs, newest first (the filters combine: all must hold).
 
     Every record is verified against the workspace record key. The SIG column
     reads valid, pending (a live run, signed when it ends), or — flagged —
@@ -685,24 +746,17 @@ def runs_list(ctx: click.Context, limit: int, as_json: bool) -> None:
     Flagged rows are listed, never hidden, and named again on stderr; the exit
     status stays 0 (`saphan runs show ID` says why, and exits 3 for one).
     """
-    records = _engine(ctx).runs(limit)
+    from saphan.run import listing
+
+    wanted = listing.filters(state=state, machine=machine_name, slot=slot_name,
+                             outcome=outcome, since=since)
+    records = _engine(ctx).runs(limit, **wanted)
     flagged = [r for r in records if r.signature_flagged]
     if as_json:
-        _emit_json([r.data for r in records])
+        _emit_json([listing.json_row(r.data) for r in records])
     else:
-        from saphan.run.end import signal_text
-
-        rows = []
-        for r in records:
-            d = r.data
-            enforced = (d.get("enforced_by") or {}).get("mechanism", "-")
-            rows.append([d["id"], d["machine"], d["slot"], d.get("session_ordinal"),
-                         d["started_at"], d.get("outcome") or d.get("state"),
-                         signal_text(d["exit_code"]) if d.get("exit_code") is not None
-                         else (d.get("refusal") or {}).get("class", ""), enforced,
-                         f"!{r.signature}" if r.signature_flagged else r.signature])
-        _table(["id", "machine", "slot", "ord", "started", "outcome", "exit/class", "enforced",
-                "sig"], rows)
+        _table(listing.HEADERS, [listing.table_row(
+            r.data, f"!{r.signature}" if r.signature_flagged else r.signature) for r in records])
     if flagged:
         verb = "does" if len(flagged) == 1 else "do"
         click.echo(
@@ -854,6 +908,29 @@ def _show_record(record: RunRecord) -> None:
         echo("signature:   pending (a live run: its record is signed when it ends)")
     else:
         echo(f"signature:   {record.signature.upper()} (see the first line)")
+
+
+@runs.command("logs")
+@click.argument("run_id", metavar="ID")
+@click.option("-f", "--follow", is_flag=True,
+              help="Keep copying while the run is live; stop once it has ended.")
+@click.pass_context
+def runs_logs(ctx: click.Context, run_id: str, follow: bool) -> None:
+    """Print a run's output (ID, a unique prefix, or `last`): its stdout.log
+    to stdout and its stderr.log to stderr, byte for byte (on a terminal,
+    control characters but newline and tab are shown escaped). A refused
+    run has none. With -f, follow a live run until it ends."""
+    from saphan.run import logs
+
+    engine = _engine(ctx)
+    row = engine.ctx.find_run(run_id)
+    try:
+        logs.copy(engine.ctx, row, sys.stdout.buffer, sys.stderr.buffer, follow=follow,
+                  escape_out=sys.stdout.isatty(), escape_err=sys.stderr.isatty())
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 @runs.command("finalize")

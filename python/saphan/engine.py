@@ -175,11 +175,11 @@ class Engine:
         return lanes.remove(self.lanes_path, name)
 
     # -- runs ----------------------------------------------------------------------
-    def runs(self, limit: int = 50) -> list[RunRecord]:
-        """The newest runs, each verified against the record key (``.signature``)."""
+    def runs(self, limit: int = 50, **filters: Any) -> list[RunRecord]:
+        """The newest runs (``filters``: Store.list_runs), each verified (``.signature``)."""
         from saphan.run import live
 
-        return live.listing(self.ctx, limit)
+        return live.listing(self.ctx, limit, **filters)
 
     def run_record(self, run_id: str) -> RunRecord:
         """One run's record (id, unique prefix or "last"), verified against the
@@ -206,19 +206,20 @@ class Engine:
             workdir: str | os.PathLike[str] | None = None, stream: bool = True,
             boundary: str | None = None, repo: str | os.PathLike[str] | None = None,
             base_ref: str | None = None, keep_worktree: bool = True,
-            request: AgentRequest | None = None, view: bool = False) -> RunRecord:
+            request: AgentRequest | None = None, view: bool = False,
+            wait: float = 0.0) -> RunRecord:
         """Cast, reserve, compose, dispatch, record (run/pipeline.py); the finished
         record. Raises :class:`Refusal` (recorded) when the run cannot be given
         its boundary, :class:`UserError` on bad input (nothing written).
         ``boundary``: None (bubblewrap / Seatbelt) or "landlock"; ``repo``: run
         in a new linked worktree of it (from ``base_ref``), its commits
         imported onto ``saphan/<run-id>``; ``request``: an agent slot's task;
-        ``view``: show a claude or codex run one line per step (run/view.py), not raw."""
+        ``view``: a claude or codex run one line per step (run/view.py); ``wait``: --wait."""
         from saphan.run import pipeline
 
         return pipeline.run(self.ctx, machine, slot, argv, workdir=workdir, stream=stream,
                             boundary=boundary, repo=repo, base_ref=base_ref,
-                            keep_worktree=keep_worktree, request=request, view=view)
+                            keep_worktree=keep_worktree, request=request, view=view, wait=wait)
 
 
 def _reconcile(ctx: Context) -> None:

@@ -140,6 +140,19 @@ def set_max_sessions(ctx: Context, machine: str, slot: str, max_sessions: int | 
     return ctx.slot(machine, slot)
 
 
+def remove_slot(ctx: Context, machine: str, slot: str) -> Slot:
+    """Remove a slot (its run history is kept); refused while it has live runs."""
+    s = ctx.slot(machine, slot)
+    live = ctx.store.live_runs(machine, slot)
+    if live:
+        raise UserError(
+            f"slot {slot!r} on machine {machine!r} has {len(live)} live run(s) "
+            f"({', '.join(r.id for r in live)}); let them finish or `saphan runs cancel ID` "
+            "first")
+    ctx.store.remove_slot(machine, slot)
+    return s
+
+
 def set_agent_pin(ctx: Context, machine: str, slot: str, agent_sha256: str | None) -> Slot:
     """Pin the SHA-256 of the slot's agent binary (None: unpin). Checked before launch."""
     from saphan.tools.binaries import check_pin_format

@@ -108,9 +108,10 @@ def view(ctx: Context, row: RunRow, key: bytes, *, dial: bool = False) -> RunRec
     return RunRecord(data)
 
 
-def listing(ctx: Context, limit: int) -> list[RunRecord]:
-    """`runs list`: the newest runs, each through :func:`view` (no dialling)."""
-    rows = ctx.store.list_runs(limit)
+def listing(ctx: Context, limit: int, **filters: Any) -> list[RunRecord]:
+    """`runs list`: the newest runs (narrowed by ``filters``: Store.list_runs),
+    each through :func:`view` (no dialling)."""
+    rows = ctx.store.list_runs(limit, **filters)
     if not rows:
         return []  # no key read, no hashing: an empty list stays cheap
     key = ctx.record_key()

@@ -55,6 +55,7 @@ def run(
     keep_worktree: bool = True,
     request: AgentRequest | None = None,
     view: bool = False,
+    wait: float = 0.0,
 ) -> RunRecord:
     """The five steps for every run shape (a local command, a local agent or
     loop, a remote command). See :meth:`saphan.Engine.run` for the arguments."""
@@ -135,11 +136,13 @@ def run(
         site = LocalSite(ctx, s, command, workdir=wd, mode=mode, stream=stream,
                          boundary=boundary, repo=repo, base_ref=base_ref,
                          keep_worktree=keep_worktree, request=request, view=view)
-    return dispatch(ctx, site, base, holder)
+    return dispatch(ctx, site, base, holder, wait=wait)
 
 
-def dispatch(ctx: Context, site: Site, base: dict[str, Any], holder: Holder) -> RunRecord:
-    """Inspect (before the seat), reserve, then :func:`execute`."""
+def dispatch(ctx: Context, site: Site, base: dict[str, Any], holder: Holder, *,
+             wait: float = 0.0) -> RunRecord:
+    """Inspect (before the seat), reserve (a full slot tried again for ``wait``
+    seconds), then :func:`execute`."""
     base["workdir"] = site.workdir
     try:
         site.inspect(base)
@@ -149,7 +152,7 @@ def dispatch(ctx: Context, site: Site, base: dict[str, Any], holder: Holder) -> 
     # The slot as cast (the site holds it: its pin is what is enforced), never
     # read again between here and the reservation.
     base["session_ordinal"] = reserve(ctx, site.slot, base, site.workdir, holder,
-                                      remote=site.liveness())
+                                      remote=site.liveness(), wait=wait)
     return execute(ctx, site, base)
 
 

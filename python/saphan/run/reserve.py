@@ -15,13 +15,21 @@ if TYPE_CHECKING:
 
 
 def reserve(ctx: Context, s: Slot, base: dict[str, Any], wd: str, holder: Holder,
-            remote: RemoteCheck | None = None) -> int:
-    """The ordinal this run holds; ``remote`` reads far holders' liveness."""
+            remote: RemoteCheck | None = None, wait: float = 0.0) -> int:
+    """The ordinal this run holds; ``remote`` reads far holders' liveness;
+    ``wait``: seconds a full slot is tried again (capacity.reserve_seat)."""
     from saphan.capacity import reserve_seat
 
     try:
         return reserve_seat(ctx.store, s, run_id=base["id"], tool=s.tool, workdir=wd,
-                            holder=holder, remote=remote, record_key=ctx.record_key)
+                            holder=holder, remote=remote, record_key=ctx.record_key,
+                            wait=wait, on_wait=_say)
     except Refusal as refusal:
         recorder.refused(ctx, base, s.tool, holder, refusal)
         raise
+
+
+def _say(text: str) -> None:
+    import sys
+
+    print(f"saphan: {text}", file=sys.stderr, flush=True)

@@ -221,6 +221,10 @@ class Store:
             return [Slot.from_row(r) for r in self.db.execute(q.LIST_SLOTS)]
         return [Slot.from_row(r) for r in self.db.execute(q.LIST_MACHINE_SLOTS, (machine,))]
 
+    def remove_slot(self, machine: str, name: str) -> bool:
+        """Remove a slot's row (its runs' history is kept); the caller checks live runs."""
+        return bool(self.db.execute(q.DELETE_SLOT, (machine, name)))
+
     def set_max_sessions(self, machine: str, name: str, max_sessions: int | None) -> bool:
         return bool(self.db.execute(q.SET_MAX_SESSIONS, (max_sessions, machine, name)))
 
@@ -344,8 +348,16 @@ class Store:
         escaped = prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_")
         return [RunRow.from_row(r) for r in self.db.execute(q.FIND_RUNS_BY_PREFIX, (escaped + "%",))]
 
-    def list_runs(self, limit: int = 50) -> list[RunRow]:
-        return [RunRow.from_row(r) for r in self.db.execute(q.LIST_RUNS, (limit,))]
+    def list_runs(self, limit: int = 50, *, state: str | None = None, live: bool = False,
+                  machine: str | None = None, slot: str | None = None,
+                  outcome: str | None = None, since: str | None = None) -> list[RunRow]:
+        """The newest runs; each filter given (not None; ``live``: unfinished
+        only) narrows them; ``since`` bounds started_at (text, as stored)."""
+        if not any((state, live, machine, slot, outcome, since)):
+            return [RunRow.from_row(r) for r in self.db.execute(q.LIST_RUNS, (limit,))]
+        params = (state, state, 1 if live else 0, machine, machine, slot, slot, outcome,
+                  outcome, since, since, limit)
+        return [RunRow.from_row(r) for r in self.db.execute(q.LIST_RUNS_WHERE, params)]
 
     def last_run(self) -> RunRow | None:
         got = self.db.execute(q.LAST_RUN)

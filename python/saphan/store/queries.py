@@ -50,6 +50,7 @@ SLOT_COLUMNS = ("machine, name, tool, max_sessions, created_at, agent_sha256, en
 GET_SLOT = f"SELECT {SLOT_COLUMNS} FROM slots WHERE machine = ? AND name = ?"
 LIST_SLOTS = f"SELECT {SLOT_COLUMNS} FROM slots ORDER BY machine, name"
 LIST_MACHINE_SLOTS = f"SELECT {SLOT_COLUMNS} FROM slots WHERE machine = ? ORDER BY name"
+DELETE_SLOT = "DELETE FROM slots WHERE machine = ? AND name = ? RETURNING name"
 SET_MAX_SESSIONS = "UPDATE slots SET max_sessions = ? WHERE machine = ? AND name = ? RETURNING name"
 SET_AGENT_PIN = "UPDATE slots SET agent_sha256 = ? WHERE machine = ? AND name = ? RETURNING name"
 SET_RUN_DEFAULTS = """
@@ -107,6 +108,13 @@ SET_RECORD = "UPDATE runs SET record_json = ? WHERE id = ?"
 GET_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?"
 FIND_RUNS_BY_PREFIX = f"SELECT {RUN_COLUMNS} FROM runs WHERE id LIKE ? ESCAPE '!' ORDER BY id LIMIT 2"
 LIST_RUNS = f"SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, id DESC LIMIT ?"
+# `runs list` with filters: a NULL parameter matches every row (typed, for PostgreSQL).
+LIST_RUNS_WHERE = f"""
+SELECT {RUN_COLUMNS} FROM runs
+WHERE (CAST(? AS TEXT) IS NULL OR state = ?) AND (CAST(? AS INTEGER) = 0 OR finished_at IS NULL)
+  AND (CAST(? AS TEXT) IS NULL OR machine = ?) AND (CAST(? AS TEXT) IS NULL OR slot = ?)
+  AND (CAST(? AS TEXT) IS NULL OR outcome = ?) AND (CAST(? AS TEXT) IS NULL OR started_at >= ?)
+ORDER BY started_at DESC, id DESC LIMIT ?"""
 LAST_RUN = f"SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, id DESC LIMIT 1"
 RUNS_ON_SLOT_ALL = f"""
 SELECT {RUN_COLUMNS} FROM runs WHERE machine = ? AND slot = ? ORDER BY started_at"""
