@@ -22,6 +22,7 @@ from conftest import Saphan
 from saphan.capacity import reserve_seat
 from saphan.ids import new_run_id
 from saphan.liveness import Holder, current_holder
+from saphan.records import _record_mac
 from saphan.store import open_store
 
 HEADLINE = ("record-signature-invalid: this record does not verify against the workspace key "
@@ -210,9 +211,37 @@ def test_a_record_signed_under_another_key_is_flagged(saphan: Saphan, database_u
     assert r.code == 3
     run_id = r.err.strip().splitlines()[-1].removeprefix("run: ")
     record = _record_json(database_url, run_id)
-    forged = signed_record_json(b"\x01" * 32, record)
-    _sql(database_url, "UPDATE runs SET record_json = ? WHERE id = ?", (forged, run_id))
+    # a record without a key id (as written before key ids) under another key: invalid
+    old = json.loads(signed_record_json(b"\x01" * 32, record))
+    del old["record_key_id"]
+    old["record_signature"] = _record_mac(b"\x01" * 32, old)
+    _sql(database_url, "UPDATE runs SET record_json = ? WHERE id = ?",
+         (json.dumps(old), run_id))
     _assert_flagged(saphan, run_id, "invalid")
+
+
+def test_a_record_naming_another_key_is_foreign_not_invalid(saphan: Saphan, database_url: str,
+                                                            tmp_path: Path) -> None:
+    from saphan.records import key_id, signed_record_json
+
+    _setup(saphan)
+    r = saphan("run", "--machine", "here", "--slot", "s1", "--workdir",
+               str(tmp_path / "missing"), "--", "true")
+    run_id = r.err.strip().splitlines()[-1].removeprefix("run: ")
+    forged = signed_record_json(b"\x01" * 32, _record_json(database_url, run_id))
+    _sql(database_url, "UPDATE runs SET record_json = ? WHERE id = ?", (forged, run_id))
+    other = key_id(b"\x01" * 32)
+    shown = saphan("runs", "show", run_id)
+    assert shown.code == 3  # nothing here vouches for it
+    assert shown.out.splitlines()[0].startswith(f"signed by key {other}, not held here")
+    assert "record-signature-invalid" not in shown.out and "INVALID" not in shown.out
+    assert f"signature:   FOREIGN: signed by key {other}, not held here" in shown.out
+    code, got = _show(saphan, run_id)
+    assert code == 3 and got["signature"]["status"] == "foreign"
+    assert got["signature"]["key_id"] == other and "class" not in got["signature"]
+    listed = saphan.ok("runs", "list")
+    assert f"?foreign:{other}" in listed.out and "!invalid" not in listed.out
+    assert f"signed by key {other}, not held here" in listed.err
 
 
 def test_a_refused_run_is_signed(saphan: Saphan, database_url: str, tmp_path: Path) -> None:

@@ -16,11 +16,16 @@ import pytest
 
 from saphan.records import (
     INVALID_HEADLINE,
+    KEY_ID_FIELD,
     MISSING_HEADLINE,
     SIGNATURE_FIELD,
     SIGNED_COLUMNS,
     RunRecord,
+    _mac,
+    _payload,
+    _record_mac,
     finalised_record_json,
+    key_id,
     sign_fact,
     sign_record,
     signed_record_json,
@@ -82,8 +87,30 @@ def test_a_signed_record_on_its_row_is_valid() -> None:
     assert (rec.id, rec.outcome, rec.exit_code) == ("01RUN", "exited", 0)
 
 
-def test_the_wrong_key_or_an_edit_is_invalid() -> None:
+def test_another_key_is_foreign_not_invalid() -> None:
     stored = signed_record_json(KEY, _record())
+    assert json.loads(stored)[KEY_ID_FIELD] == key_id(KEY)
+    rec = RunRecord.from_row(_row(stored), OTHER_KEY)
+    assert rec.signature == "foreign" and not rec.signature_flagged and rec.signature_unverified
+    verified = rec.data["signature"]
+    assert (verified["key_id"], verified["held_key_id"]) == (key_id(KEY), key_id(OTHER_KEY))
+    assert f"signed by key {key_id(KEY)}, not held here" in verified["message"]
+    assert "class" not in verified and "--join" in verified["remediation"]
+
+
+def test_key_ids_are_short_distinct_and_not_the_key() -> None:
+    assert len(key_id(KEY)) == 16 and key_id(KEY) == key_id(bytes(KEY))
+    assert key_id(KEY) != key_id(OTHER_KEY)
+    assert key_id(KEY) not in (KEY.hex(), OTHER_KEY.hex()) and key_id(KEY) not in KEY.hex()
+
+
+def test_the_wrong_key_or_an_edit_is_invalid() -> None:
+    # A record from before key ids (no record_key_id), under another key: invalid, as before.
+    old = json.loads(signed_record_json(KEY, _record()))
+    del old[KEY_ID_FIELD]
+    old[SIGNATURE_FIELD] = _record_mac(KEY, old)  # as a build before key ids signed it
+    stored = json.dumps(old)
+    assert RunRecord.from_row(_row(stored), KEY).signature == "valid"  # still verifies
     rec = RunRecord.from_row(_row(stored), OTHER_KEY)
     assert rec.signature == "invalid" and rec.signature_flagged
     assert rec.data["signature"]["class"] == "record-signature-invalid"
@@ -219,7 +246,7 @@ def test_finalising_never_vouches_for_an_unverified_record() -> None:
     stored = finalised_record_json(KEY, row, outcome="holder-dead", note="n",
                                    finished_at="2025-01-02T00:00:00.000000Z")
     out = json.loads(stored)
-    assert out["prior_record_signature"] == "invalid"
+    assert out["prior_record_signature"] == "foreign"  # another key's: not vouched for either
     assert out["unverified_prior_record"] == forged  # kept apart, as found
     assert "argv" not in out  # nothing of it is adopted as saphan's own
     assert "does not vouch for it" in out["notes"][0] and out["notes"][-1] == "n"
@@ -232,6 +259,18 @@ def test_a_fact_verifies_and_returns_its_value() -> None:
     fact = sign_fact(KEY, "m1", "landlock", {"level": 7, "reason": "ok"}, "2025-01-01T00:00:00Z")
     assert fact.value_json == '{"level":7,"reason":"ok"}'
     assert verify_fact(KEY, fact) == {"level": 7, "reason": "ok"}
+
+
+def test_a_fact_names_its_key_and_an_older_bare_one_still_verifies() -> None:
+    fact = sign_fact(KEY, "m1", "landlock", {"level": 7}, "2025-01-01T00:00:00Z")
+    assert fact.signature.startswith(f"{key_id(KEY)}:")
+    old = fact._replace(signature=_mac(KEY, _payload("m1", "landlock", fact.value_json,
+                                                     fact.measured_at)))
+    assert verify_fact(KEY, old) == {"level": 7}
+    # the key id is signed too: another key id put on the row does not verify
+    forged = fact._replace(signature=f"{key_id(OTHER_KEY)}:{fact.signature.split(':')[1]}")
+    with pytest.raises(Refusal):
+        verify_fact(OTHER_KEY, forged)
 
 
 @pytest.mark.parametrize("edit", ["value", "machine", "kind", "measured_at", "key"])
@@ -252,4 +291,9 @@ def test_an_edited_fact_is_refused(edit: str) -> None:
         verify_fact(key, fact)
     assert info.value.cls == "record-signature-invalid"
     assert f"machine {fact.machine}" in info.value.message
-    assert f"saphan machine probe-confinement {fact.machine}" in info.value.remediation
+    if edit == "key":  # another key's row: foreign, named by its key id, not invalid
+        assert f"signed by key {key_id(KEY)}, not held here" in info.value.message
+        assert "not an invalid signature" in info.value.message
+        assert "--join" in info.value.remediation
+    else:
+        assert f"saphan machine probe-confinement {fact.machine}" in info.value.remediation

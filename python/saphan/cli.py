@@ -104,21 +104,40 @@ def cli(ctx: click.Context, home: str | None) -> None:
 
 @cli.command()
 @click.option("--database-url", default=None, metavar="URL",
-              help='Store: "sqlite" (default, in the workspace) or postgresql://… (shared).')
+              help='Store: "sqlite" (default, in the workspace) or postgresql://… (shared; '
+                   "a unix socket: postgresql://USER@/DB?host=/var/run/postgresql).")
+@click.option("--join", is_flag=True,
+              help="Join the fleet sharing that store: take its key from --key-file.")
+@click.option("--key-file", default=None, metavar="FILE|-",
+              help="With --join: the fleet key (a fleet workspace's record.key, owner-only "
+                   "0600), or - to read it from a pipe.")
+@click.option("--new-key", is_flag=True,
+              help="Mint a record key where it is missing (says which signed rows it leaves "
+                   "unverifiable).")
 @click.pass_context
-def init(ctx: click.Context, database_url: str | None) -> None:
+def init(ctx: click.Context, database_url: str | None, join: bool, key_file: str | None,
+         new_key: bool) -> None:
     """Create the workspace: config.toml, the record key (0600) and the database.
 
-    Never overwrites anything; a second init says so and changes nothing.
+    All or nothing: the store is connected to and migrated before anything is
+    written, and a failure leaves nothing behind. On an existing workspace,
+    --database-url changes the store only once the new one is reachable and
+    migrated. A key is never overwritten, and a missing one is refused (not
+    quietly replaced): restore it, --join the fleet's, or --new-key.
     """
     engine = _engine(ctx)
-    created = engine.init(database_url=database_url)
-    if created:
-        for path in created:
-            click.echo(f"created {path}")
-        click.echo(f"workspace ready at {engine.workspace.home} (store: {engine.store.description})")
+    done = engine.init(database_url=database_url, key_file=key_file, join=join,
+                       new_key=new_key)
+    for path in done:
+        click.echo(f"created {path}")
+    for note in done.notes:
+        click.echo(f"note: {note}")
+    if done.changed:
+        click.echo(f"workspace ready at {engine.workspace.home} (store: "
+                   f"{engine.store.description}; record key id {done.key_id})")
     else:
-        click.echo(f"workspace {engine.workspace.home} already exists; nothing changed")
+        click.echo(f"workspace {engine.workspace.home} already exists; nothing changed "
+                   f"(record key id {done.key_id})")
 
 
 @cli.group()
@@ -235,6 +254,14 @@ def machine_show(ctx: click.Context, name: str, as_json: bool) -> None:
                    f"{s['max_sessions'] or '1 (default)'}")
     click.echo("facts:" if value["facts"] else "facts: none measured")
     for kind, fact in value["facts"].items():
+        if "unverified_value" in fact:  # signed by a key not held here (records.foreign_fact)
+            from saphan.confine.protected import printable
+
+            click.echo(printable(
+                f"  {kind}: signed by key {fact['signature']['key_id']}, not held here "
+                f"(measured {fact['measured_at']}; not verified here, nothing is decided on "
+                f"it): {_emit_compact(fact['unverified_value'])}"))
+            continue
         click.echo(f"  {kind}: {_emit_compact(fact['value'])} "
                    f"(measured {fact['measured_at']})")
 
@@ -742,9 +769,11 @@ def runs_list(ctx: click.Context, limit: int, state: str | None, machine_name: s
     Every record is verified against the workspace record key. The SIG column
     reads valid, pending (a live run, signed when it ends), or — flagged —
     !invalid (edited, or written under another key) or !missing (no
-    signature); --json carries the same as each run's "signature" object.
-    Flagged rows are listed, never hidden, and named again on stderr; the exit
-    status stays 0 (`saphan runs show ID` says why, and exits 3 for one).
+    signature); a record signed by a key this workspace does not hold reads
+    ?foreign:KEYID (not verified here; not invalid); --json carries the same
+    as each run's "signature" object. Flagged and foreign rows are listed,
+    never hidden, and named again on stderr; the exit status stays 0 (`saphan
+    runs show ID` says why, and exits 3 for one).
     """
     from saphan.run import listing
 
@@ -752,11 +781,11 @@ def runs_list(ctx: click.Context, limit: int, state: str | None, machine_name: s
                              outcome=outcome, since=since)
     records = _engine(ctx).runs(limit, **wanted)
     flagged = [r for r in records if r.signature_flagged]
+    foreign = [r for r in records if r.signature == "foreign"]
     if as_json:
         _emit_json([listing.json_row(r.data) for r in records])
     else:
-        _table(listing.HEADERS, [listing.table_row(
-            r.data, f"!{r.signature}" if r.signature_flagged else r.signature) for r in records])
+        _table(listing.HEADERS, [listing.table_row(r.data, _sig_cell(r)) for r in records])
     if flagged:
         verb = "does" if len(flagged) == 1 else "do"
         click.echo(
@@ -764,6 +793,21 @@ def runs_list(ctx: click.Context, limit: int, state: str | None, machine_name: s
             f"{verb} not verify against the workspace key (marked !invalid / !missing): "
             f"{', '.join(r.id for r in flagged)}; see `saphan runs show ID`", err=True,
         )
+    if foreign:
+        signers = sorted({str((r.data.get("signature") or {}).get("key_id")) for r in foreign})
+        click.echo(
+            f"{len(foreign)} of the {len(records)} records listed are signed by key "
+            f"{', '.join(signers)}, not held here (marked ?foreign; not verified here, not "
+            f"invalid): {', '.join(r.id for r in foreign)}; see docs/operators.md", err=True,
+        )
+
+
+def _sig_cell(r: RunRecord) -> str:
+    if r.signature_flagged:
+        return f"!{r.signature}"
+    if r.signature == "foreign":
+        return f"?foreign:{(r.data.get('signature') or {}).get('key_id')}"
+    return r.signature
 
 
 @runs.command("show")
@@ -789,7 +833,10 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
          is not written yet (pending: signed when it ends)
       3  it does not (invalid: edited, written under another key, or a
          column disagrees with what was signed; missing: no signature,
-         e.g. written by an older build) -- the record is still printed
+         e.g. written by an older build), or it is signed by a key this
+         workspace does not hold (foreign: "signed by key K, not held
+         here"; not invalid, but nothing here vouches for it) -- the record
+         is still printed
     """
     from saphan.refusals import EXIT_CODE as REFUSAL_EXIT
 
@@ -800,12 +847,12 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         try:
             _show_record(record)
         except (KeyError, TypeError, AttributeError, IndexError):
-            if not record.signature_flagged:
+            if not record.signature_unverified:
                 raise
             # An edited record need not have the shape saphan writes: show it as stored.
             click.echo("record (not in the shape saphan writes; as stored):")
             click.echo(record.to_json())
-    if record.signature_flagged:
+    if record.signature_unverified:
         ctx.exit(REFUSAL_EXIT)
 
 
@@ -826,6 +873,11 @@ def _show_record(record: RunRecord) -> None:
         echo(f"  why:       {verified.get('message')}")
         for m in verified.get("mismatched") or []:
             echo(f"  mismatch:  {m['column']}: row {m['row']!r}, signed {m['signed']!r}")
+        echo(f"  fix:       {verified.get('remediation')}")
+    elif record.signature == "foreign":
+        echo(f"signed by key {verified.get('key_id')}, not held here: this record is not "
+             "verified here (and not invalid)")
+        echo(f"  why:       {verified.get('message')}")
         echo(f"  fix:       {verified.get('remediation')}")
     enforced = d.get("enforced_by")
     echo(f"run:         {d['id']}")
@@ -906,6 +958,9 @@ def _show_record(record: RunRecord) -> None:
                    "columns match)")
     elif record.signature == "pending":
         echo("signature:   pending (a live run: its record is signed when it ends)")
+    elif record.signature == "foreign":
+        echo(f"signature:   FOREIGN: signed by key {verified.get('key_id')}, not held here "
+             "(see the first line)")
     else:
         echo(f"signature:   {record.signature.upper()} (see the first line)")
 

@@ -6,7 +6,6 @@ compose → dispatch → record on one screen). The CLI is a thin layer over
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,6 +24,7 @@ if TYPE_CHECKING:
     from saphan.store.rows import Machine, Slot
     from saphan.tools.launch import Request as AgentRequest
     from saphan.transport.ssh import SSHConnection
+    from saphan.workspace_init import Initialised
 
 
 class Engine:
@@ -36,19 +36,15 @@ class Engine:
         self.ctx = Context(self.workspace, on_open=_reconcile)
 
     # -- workspace ---------------------------------------------------------------
-    def init(self, database_url: str | None = None) -> list[str]:
-        """Create the workspace (config, record key, database). Never overwrites."""
-        created = self.workspace.init()
-        if database_url is not None and str(self.workspace.config_path) in created:
-            text = self.workspace.config_path.read_text().replace(
-                'url = "sqlite"', f"url = {json.dumps(database_url)}"
-            )
-            self.workspace.config_path.write_text(text)
-        self.workspace.record_key()  # custody check now, not on first run
-        self.store  # noqa: B018 - opening it creates (and migrates) the database
-        if created and self.config.database_url == "sqlite":
-            created.append(str(self.workspace.sqlite_path))
-        return created
+    def init(self, database_url: str | None = None, *, key_file: str | None = None,
+             join: bool = False, new_key: bool = False) -> Initialised:
+        """Create the workspace (config, record key, database), change its store URL, or
+        join a fleet's store with its key: all or nothing, never overwriting a key
+        (workspace_init.py). The paths created, as a list, with ``notes`` and ``key_id``."""
+        from saphan import workspace_init
+
+        return workspace_init.init(self.ctx, database_url, key_file=key_file, join=join,
+                                   new_key=new_key)
 
     @property
     def config(self) -> Config:

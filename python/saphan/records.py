@@ -11,6 +11,13 @@ hidden and never silently trusted.
 Machine facts (the Landlock level, container rows, runtime facts) are written
 only by the probe that measured them, signed with the same key; a row whose
 signature does not verify is refused (``record-signature-invalid``).
+
+Every signed row carries the KEY ID of the key that signed it
+(:func:`key_id`: a short, non-secret name for the key, never the key). A
+row signed by a key this workspace does not hold is FOREIGN: "signed by key
+K, not held here" — not verified here, and not called invalid either (a
+workspace that holds K verifies it; docs/operators.md). Rows written before
+key ids verify as they always did.
 """
 
 from __future__ import annotations
@@ -23,6 +30,11 @@ from saphan.store.rows import Fact, RunRow
 
 #: The field of a run record that carries its signature (hex HMAC-SHA256).
 SIGNATURE_FIELD = "record_signature"
+#: The (signed) field of a run record naming the key that signed it.
+KEY_ID_FIELD = "record_key_id"
+#: What the key id is derived from: HMAC-SHA256(key, this), domain-separated
+#: from every record MAC (a record is canonical JSON, never this text).
+_KEY_ID_DOMAIN = b"saphan record key id v1"
 
 #: The run row's columns held against the signed record when it is read.
 #: ``id`` too: a record signed for one run, copied onto another run's row, is
@@ -54,9 +66,12 @@ class RunRecord:
     ``data`` is the record with the row's columns over it (the store's truth)
     and, under ``"signature"``, how it verified: ``status`` is "valid",
     "invalid" (the MAC does not verify, or a column disagrees with the signed
-    value: ``mismatched``), "missing" (no signature) or "pending" (a live run
-    whose record has not been written to the store yet). Invalid and missing
-    carry ``class`` (record-signature-invalid), ``message`` and ``remediation``.
+    value: ``mismatched``), "missing" (no signature), "foreign" (signed by a
+    key this workspace does not hold: ``key_id`` names it; not verified here)
+    or "pending" (a live run whose record has not been written to the store
+    yet). Invalid and missing carry ``class`` (record-signature-invalid),
+    ``message`` and ``remediation``; foreign carries ``message`` and
+    ``remediation`` but no class: it is not an invalid signature.
     """
 
     __slots__ = ("data",)
@@ -91,7 +106,7 @@ class RunRecord:
 
     @property
     def signature(self) -> str:
-        """"valid", "invalid", "missing" or "pending" (see the class docstring).
+        """"valid", "invalid", "missing", "foreign" or "pending" (see the class docstring).
 
         A record built by hand, not read from the store, was never verified:
         "missing".
@@ -105,6 +120,13 @@ class RunRecord:
     def signature_flagged(self) -> bool:
         """True when the record must not be trusted as written (invalid or missing)."""
         return self.signature in ("invalid", "missing")
+
+    @property
+    def signature_unverified(self) -> bool:
+        """True when nothing here vouches for the record: flagged, or foreign
+        (the key id a foreign record names is in the store's hands too, so a
+        foreign record is never treated better than an invalid one)."""
+        return self.signature in ("invalid", "missing", "foreign")
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.data, indent=indent, sort_keys=True)
@@ -120,7 +142,7 @@ class RunRecord:
         return cls(data)
 
 
-_STATUSES = ("valid", "invalid", "missing", "pending")
+_STATUSES = ("valid", "invalid", "missing", "foreign", "pending")
 
 
 def _columns(row: RunRow) -> dict[str, Any]:
@@ -156,6 +178,18 @@ def _same(a: str, b: str) -> bool:
     return _native.digests_equal(a, b)
 
 
+def key_id(key: bytes) -> str:
+    """The key's id: the first 16 hex digits of HMAC-SHA256(key, a fixed
+    domain string). Names the key in rows and messages; reveals nothing
+    that would sign a row (it is a one-way function of the key)."""
+    return _mac(key, _KEY_ID_DOMAIN)[:16]
+
+
+def _is_key_id(value: object) -> bool:
+    return (isinstance(value, str) and len(value) == 16
+            and all(c in "0123456789abcdef" for c in value))
+
+
 def _record_mac(key: bytes, record: dict[str, Any]) -> str:
     body = {k: v for k, v in record.items() if k != SIGNATURE_FIELD}
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
@@ -166,12 +200,14 @@ def sign_record(key: bytes, record: dict[str, Any]) -> dict[str, Any]:
     """``record`` as it will read back from JSON, with its ``record_signature``.
 
     The MAC covers the canonical JSON (sorted keys, no whitespace) of the
-    record without its signature field. The record goes through JSON first so
+    record without its signature field; the record names the key that signs
+    it (``record_key_id``, signed too). The record goes through JSON first so
     that what is signed is exactly what a reader will re-serialise (tuples
     become lists, keys become strings).
     """
     plain: dict[str, Any] = json.loads(json.dumps(record, sort_keys=True))
     plain.pop(SIGNATURE_FIELD, None)
+    plain[KEY_ID_FIELD] = key_id(key)
     plain[SIGNATURE_FIELD] = _record_mac(key, plain)
     return plain
 
@@ -209,6 +245,11 @@ def verify_run_row(key: bytes, row: RunRow) -> tuple[dict[str, Any], dict[str, A
         return record, _flag("missing", (
             f"run {row.id}: this record carries no signature (written by a saphan build that "
             "did not sign run records, or its signature was removed)"))
+    signer = record.get(KEY_ID_FIELD)
+    held = key_id(key)
+    if isinstance(signer, str) and _is_key_id(signer) and signer != held:
+        return record, foreign(f"run {row.id}: signed by key {signer}, not held here", signer,
+                               held)
     if not isinstance(signature, str) or not _same(_record_mac(key, record), signature):
         return record, _flag("invalid", (
             f"run {row.id}: the record's signature does not verify against this workspace's "
@@ -226,6 +267,22 @@ def verify_run_row(key: bytes, row: RunRow) -> tuple[dict[str, Any], dict[str, A
             f"with what was signed ({said}): the store was edited after the record was "
             "written"), mismatched=mismatched)
     return record, {"status": "valid"}
+
+
+def foreign(what: str, signer: str, held: str) -> dict[str, Any]:
+    """The ``signature`` object of a row signed by key ``signer``, read
+    under key ``held``."""
+    return {"status": "foreign", "key_id": signer, "held_key_id": held, "message": (
+        f"{what} (this workspace holds key {held}): it is not verified here, and it is not "
+        f"an invalid signature; a workspace holding key {signer} verifies it"),
+        "remediation": _FOREIGN_FIX}
+
+
+_FOREIGN_FIX = (
+    "to verify it here, this workspace must hold the key that signed it: operators sharing "
+    "a store share one fleet key; make a workspace that joins it: `saphan init --database-url "
+    "URL --join --key-file FILE` (docs/operators.md)"
+)
 
 
 def verify_record(key: bytes, record: dict[str, Any]) -> bool:
@@ -274,20 +331,59 @@ def finalised_record_json(
 # -- signed machine facts ------------------------------------------------------
 
 
-def _payload(machine: str, kind: str, value_json: str, measured_at: str) -> bytes:
-    return json.dumps([machine, kind, value_json, measured_at], separators=(",", ":")).encode()
+# A fact's signature column is "KEYID:MAC" (the MAC covers the key id too);
+# a row written before key ids holds the bare MAC and verifies as it did.
+
+
+def _payload(machine: str, kind: str, value_json: str, measured_at: str,
+             signer: str | None = None) -> bytes:
+    items = [machine, kind, value_json, measured_at] + ([signer] if signer else [])
+    return json.dumps(items, separators=(",", ":")).encode()
+
+
+def fact_key_id(fact: Fact) -> str | None:
+    """The key id a fact row names (None: a row from before key ids)."""
+    signer, sep, _mac_hex = fact.signature.rpartition(":")
+    return signer if sep and _is_key_id(signer) else None
 
 
 def sign_fact(key: bytes, machine: str, kind: str, value: dict[str, Any], measured_at: str) -> Fact:
     value_json = json.dumps(value, sort_keys=True, separators=(",", ":"))
-    sig = _mac(key, _payload(machine, kind, value_json, measured_at))
-    return Fact(machine, kind, value_json, measured_at, sig)
+    signer = key_id(key)
+    sig = _mac(key, _payload(machine, kind, value_json, measured_at, signer))
+    return Fact(machine, kind, value_json, measured_at, f"{signer}:{sig}")
+
+
+def foreign_fact(key: bytes, fact: Fact) -> dict[str, Any] | None:
+    """The ``signature`` object of a fact signed by a key this workspace
+    does not hold, else None."""
+    signer, held = fact_key_id(fact), key_id(key)
+    if signer is None or signer == held:
+        return None
+    return foreign(f"the {fact.kind} row of machine {fact.machine} (measured "
+                   f"{fact.measured_at}) is signed by key {signer}, not held here", signer, held)
 
 
 def verify_fact(key: bytes, fact: Fact) -> dict[str, Any]:
-    """The fact's value, or the refusal when its signature does not verify."""
-    want = _mac(key, _payload(fact.machine, fact.kind, fact.value_json, fact.measured_at))
-    if not _same(want, fact.signature):
+    """The fact's value, or the refusal when its signature does not verify
+    here: it does not verify (invalid), or it was signed by a key this
+    workspace does not hold (foreign: nothing here can confirm it, so
+    nothing is gated on it; the message names the key id)."""
+    signer, held = fact_key_id(fact), key_id(key)
+    if signer is not None and signer != held:
+        raise refusals.record_signature_invalid(
+            f"the {fact.kind} row of machine {fact.machine} (measured {fact.measured_at}) is "
+            f"signed by key {signer}, not held here (this workspace holds key {held}): not an "
+            "invalid signature, but nothing here can confirm it, so nothing is decided on it",
+            f"{_FOREIGN_FIX}; re-measuring from here would sign it under key {held} and make "
+            f"it foreign to the workspaces holding {signer}",
+        )
+    signer, sep, mac_hex = fact.signature.rpartition(":")
+    if not sep:
+        signer, mac_hex = "", fact.signature
+    want = _mac(key, _payload(fact.machine, fact.kind, fact.value_json, fact.measured_at,
+                              signer or None))
+    if not _same(want, mac_hex):
         raise refusals.record_signature_invalid(
             f"the {fact.kind} row of machine {fact.machine} (measured {fact.measured_at}) "
             "does not verify against this workspace's record key: it was edited, or "

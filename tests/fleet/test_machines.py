@@ -16,7 +16,7 @@ import pytest
 from saphan.context import Context
 from saphan.errors import TransportError, UserError
 from saphan.fleet import facts, machines
-from saphan.records import sign_fact
+from saphan.records import key_id, sign_fact
 from saphan.refusals import Refusal
 from saphan.store.rows import Machine, Slot
 
@@ -245,9 +245,22 @@ def test_an_edited_fact_is_refused_not_shown(ctx: Context) -> None:
     assert "the landlock row of machine m1" in e.value.message
 
 
-def test_a_fact_signed_under_another_key_is_refused(ctx: Context) -> None:
+def test_a_fact_signed_under_another_key_is_foreign_and_not_gated_on(ctx: Context) -> None:
     machines.add_machine(ctx, "m1", local=True)
-    ctx.store.put_fact(sign_fact(os.urandom(32), "m1", "landlock", {"level": 7}, "t"))
+    other = os.urandom(32)
+    ctx.store.put_fact(sign_fact(other, "m1", "landlock", {"level": 7}, "t"))
+    shown = machines.machine_facts(ctx, "m1")["landlock"]
+    assert shown["signature"]["status"] == "foreign" and "value" not in shown
+    assert shown["signature"]["key_id"] == key_id(other)
+    assert shown["unverified_value"] == {"level": 7}
+    with pytest.raises(Refusal, match=rf"signed by key {key_id(other)}, not held here"):
+        ctx.verified_fact("m1", "landlock")
+
+
+def test_an_edited_fact_is_refused(ctx: Context) -> None:
+    machines.add_machine(ctx, "m1", local=True)
+    fact = sign_fact(ctx.record_key(), "m1", "landlock", {"level": 2}, "t")
+    ctx.store.put_fact(fact._replace(value_json='{"level":7}'))
     with pytest.raises(Refusal, match=r"\[record-signature-invalid\]"):
         machines.machine_facts(ctx, "m1")
 

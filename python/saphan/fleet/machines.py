@@ -6,6 +6,7 @@ it is added (transport/ssh.py), and every later connection trusts exactly it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -259,10 +260,26 @@ def remove_machine(ctx: Context, name: str) -> None:
 
 
 def machine_facts(ctx: Context, name: str) -> dict[str, Any]:
-    """Every fact of the machine, verified (signature, binding, freshness)."""
-    ctx.record_key()  # custody first, facts or none: the verb reads under the key
+    """Every fact of the machine, verified (signature, binding, freshness).
+
+    A fact signed by a key this workspace does not hold is shown as such
+    (``signature``: the foreign object, its value ``unverified_value``),
+    never as an invalid signature; nothing is gated on it (records.verify_fact).
+    """
+    from saphan.records import foreign_fact
+
+    key = ctx.record_key()  # custody first, facts or none: the verb reads under the key
     out: dict[str, Any] = {}
     for f in ctx.store.list_facts(name):
+        other = foreign_fact(key, f)
+        if other is not None:
+            try:
+                unverified: object = json.loads(f.value_json)
+            except ValueError:
+                unverified = f.value_json
+            out[f.kind] = {"signature": other, "unverified_value": unverified,
+                           "measured_at": f.measured_at}
+            continue
         got = ctx.verified_fact(name, f.kind)
         if got is not None:
             out[f.kind] = {"value": got[0], "measured_at": got[1]}
