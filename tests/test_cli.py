@@ -21,7 +21,7 @@ from conftest import Result, Saphan
 
 VERBS = {
     "": ["config", "db", "doctor", "init", "lane", "launcher", "machine", "policy", "run",
-         "runs", "slot"],
+         "runs", "slot", "worktrees"],
     "config": ["check", "show"],
     "machine": ["add", "deliver", "list", "probe-confinement", "remove", "show"],
     "slot": ["add", "list", "remove", "set", "show"],
@@ -30,6 +30,7 @@ VERBS = {
     "db": ["migrate"],
     "policy": ["check"],
     "launcher": ["path"],
+    "worktrees": ["prune"],
 }
 
 

@@ -1042,6 +1042,46 @@ def runs_cancel(ctx: click.Context, run_id: str, sig: str, grace: float,
         click.echo(f"  {step}", err=as_json)
 
 
+# -- worktrees ----------------------------------------------------------------------
+
+@cli.group()
+def worktrees() -> None:
+    """What `saphan run --repo` leaves: worktrees and saphan/* branches."""
+
+
+@worktrees.command("prune")
+@click.option("--older-than", "older_than", default="0", metavar="D",
+              help="Only runs that ended at least D ago: 30m, 12h, 7d, 2w (default: any "
+                   "ended run).")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Machine-readable output: a list of {action, kind, run, repo, target, why}.")
+@click.pass_context
+def worktrees_prune(ctx: click.Context, older_than: str, dry_run: bool, as_json: bool) -> None:
+    """Remove the kept worktrees of ENDED runs (only <workspace>/worktrees/<run-id>,
+    as the run's signed record names it; a link there is left alone) and
+    delete their saphan/<run-id> branches that have no commits beyond their
+    base (a branch with commits is always kept; a branch checked out anywhere
+    too). Live runs are never touched. Exit 0; 1 when something could not be
+    removed (said why)."""
+    from saphan import prune
+    from saphan.confine.protected import printable
+    from saphan.timefmt import parse_duration
+
+    seconds = parse_duration(older_than, "--older-than")
+    done = prune.prune(_engine(ctx).ctx, older_than=seconds, dry_run=dry_run)
+    if as_json:
+        _emit_json(done)
+    else:
+        for a in done:
+            click.echo(printable(f"{a['action']} {a['kind']} {a['target']} (run {a['run']}; "
+                                 f"{a['why']})"))
+        if not done:
+            click.echo("nothing to prune")
+    if any(a["action"] == "kept" and a["why"].startswith("git ") for a in done):
+        ctx.exit(EXIT_FAILED)
+
+
 # -- permission classes -----------------------------------------------------------
 
 @cli.group()

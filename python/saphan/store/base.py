@@ -359,6 +359,10 @@ class Store:
                   outcome, since, since, limit)
         return [RunRow.from_row(r) for r in self.db.execute(q.LIST_RUNS_WHERE, params)]
 
+    def ended_runs_until(self, until: str) -> list[RunRow]:
+        """Every run that ended at or before ``until`` (text, as stored), oldest first."""
+        return [RunRow.from_row(r) for r in self.db.execute(q.ENDED_RUNS_UNTIL, (until,))]
+
     def last_run(self) -> RunRow | None:
         got = self.db.execute(q.LAST_RUN)
         return RunRow.from_row(got[0]) if got else None

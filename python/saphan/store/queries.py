@@ -115,6 +115,10 @@ WHERE (CAST(? AS TEXT) IS NULL OR state = ?) AND (CAST(? AS INTEGER) = 0 OR fini
   AND (CAST(? AS TEXT) IS NULL OR machine = ?) AND (CAST(? AS TEXT) IS NULL OR slot = ?)
   AND (CAST(? AS TEXT) IS NULL OR outcome = ?) AND (CAST(? AS TEXT) IS NULL OR started_at >= ?)
 ORDER BY started_at DESC, id DESC LIMIT ?"""
+# Runs that ended at or before a time (`saphan worktrees prune`), oldest first.
+ENDED_RUNS_UNTIL = f"""
+SELECT {RUN_COLUMNS} FROM runs
+WHERE finished_at IS NOT NULL AND finished_at <= ? ORDER BY finished_at, id"""
 LAST_RUN = f"SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, id DESC LIMIT 1"
 RUNS_ON_SLOT_ALL = f"""
 SELECT {RUN_COLUMNS} FROM runs WHERE machine = ? AND slot = ? ORDER BY started_at"""
