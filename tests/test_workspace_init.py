@@ -228,6 +228,12 @@ def test_join_reads_the_fleet_key_under_custody(tmp_path: Path, pg_server: PgSer
     assert not b.home.exists()
     r = b("init", "--database-url", url, "--join")
     assert r.code == 2 and "--key-file" in r.err
+    r = b("init", "--database-url", url, "--join", "--key-file", "-")  # stdin: /dev/null
+    assert r.code == 2 and "from a pipe" in r.err
+    p = subprocess.run([saphan_exe(), "init", "--database-url", url, "--join", "--key-file",
+                        "-"], input=_key(a)[:31], capture_output=True, env=b.env(), timeout=120)
+    assert p.returncode == 2 and b"read 31 bytes" in p.stderr
+    assert not b.home.exists()
     # a workspace that holds another key never has it replaced by a join
     b.ok("init", "--database-url", url)
     r = b("init", "--database-url", url, "--join", "--key-file", str(kf))

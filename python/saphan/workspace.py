@@ -135,7 +135,10 @@ class Workspace:
         except FileNotFoundError:
             raise refusals.custody_key_unsafe(
                 f"{self.key_path} does not exist",
-                "run `saphan init` (it creates the key and never overwrites one)",
+                "a new workspace: run `saphan init`; an existing one: restore the key from "
+                "backup, or take the fleet key back (`saphan init --join --key-file FILE`), "
+                "or `saphan init --new-key`, which says which signed rows stop verifying here "
+                "(docs/operators.md)",
             ) from None
 
 
