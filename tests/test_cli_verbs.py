@@ -238,3 +238,34 @@ def test_remove_worktree_needs_repo(saphan_sqlite: Saphan, tmp_path: Path) -> No
         r = s("run", "--machine", "here", "--slot", "s1", flag, "--", "true")
         assert r.code == 2 and f"{flag} needs --repo" in r.err
     assert s.ok("runs", "list", "--json").json() == []
+
+
+# -- a read-only workspace -------------------------------------------------------------------
+
+@pytest.mark.usefixtures("bwrap_available")
+def test_a_read_only_workspace_still_reads(saphan_sqlite: Saphan, tmp_path: Path) -> None:
+    """SAPHAN_HOME on a read-only mount (bubblewrap's --ro-bind: read-only
+    even for root): the reading verbs work, a writing one says why."""
+    import shutil
+
+    s = saphan_sqlite
+    wd = _setup(s, tmp_path)
+    done = json.loads(_run(s, wd, "--json", "--", "echo", "kept").stdout)
+    bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
+
+    def ro(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([bwrap, "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                               "--ro-bind", str(s.home), str(s.home), saphan_exe(), *args],
+                              capture_output=True, text=True, env=s.env(), timeout=60,
+                              stdin=subprocess.DEVNULL)
+
+    listed = ro("runs", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [x["id"] for x in json.loads(listed.stdout)] == [done["id"]]
+    shown = ro("runs", "show", done["id"])
+    assert shown.returncode == 0 and "signature:   valid" in shown.stdout, shown.stderr
+    assert ro("runs", "logs", done["id"]).stdout == "kept\n"
+    assert ro("slot", "list").returncode == 0
+    wrote = ro("slot", "add", "here", "s9", "--tool", "command")
+    assert wrote.returncode == 1 and "is read-only here" in wrote.stderr
+    assert "Traceback" not in wrote.stderr

@@ -93,3 +93,27 @@ def test_reopen_connects_anew_with_the_same_settings(path: Path) -> None:
         assert db.execute("PRAGMA busy_timeout") == [(BUSY_TIMEOUT_MS,)]
     finally:
         db.close()
+
+
+def test_a_database_that_cannot_be_written_here_is_opened_for_reading(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only copy (or mount) of a WAL database: opened mode=ro (or
+    immutable), not migrated (the CLI through a real read-only mount:
+    tests/test_cli_verbs.py)."""
+    import os
+
+    path = tmp_path / "ro" / "saphan.db"
+    path.parent.mkdir()
+    open_store("sqlite", path).close()
+    real_access = os.access
+
+    def access(p: object, mode: int) -> bool:
+        if mode & os.W_OK and str(p).startswith(str(path.parent)):
+            return False  # as on a read-only mount (EROFS), even for root
+        return real_access(p, mode)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "access", access)
+    ro = open_store("sqlite", path)
+    assert isinstance(ro.db, SQLiteConnector) and ro.db.read_only
+    assert ro.list_machines() == []
+    ro.close()

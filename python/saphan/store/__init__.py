@@ -38,6 +38,6 @@ def open_store(url: str, sqlite_default: Path, *, migrate: bool = True) -> Store
         from saphan.store.postgres import PostgresConnector
 
         store = Store(PostgresConnector(url))
-    if migrate:
-        store.migrate()
+    if migrate and not getattr(store.db, "read_only", False):
+        store.migrate()  # a read-only store is read as it is (reading verbs)
     return store
