@@ -269,3 +269,26 @@ def test_a_read_only_workspace_still_reads(saphan_sqlite: Saphan, tmp_path: Path
     wrote = ro("slot", "add", "here", "s9", "--tool", "command")
     assert wrote.returncode == 1 and "is read-only here" in wrote.stderr
     assert "Traceback" not in wrote.stderr
+
+
+@pytest.mark.usefixtures("bwrap_available")
+def test_a_dirty_tree_under_repo_is_a_one_line_warning(saphan_sqlite: Saphan,
+                                                       tmp_path: Path) -> None:
+    s = saphan_sqlite
+    _setup(s, tmp_path)
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "tracked.txt").write_text("v1\n")
+    subprocess.run(["git", "-C", str(repo), "add", "tracked.txt"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.email=a@b", "-c", "user.name=a",
+                    "commit", "-qm", "base"], check=True)
+    args = ("run", "--machine", "here", "--slot", "s1", "--repo", str(repo), "--", "true")
+    assert "warning" not in s.ok(*args).err  # clean: nothing said
+    (repo / "tracked.txt").write_text("v2\n")
+    (repo / "new\x1bfile").write_text("x")
+    warned = [line for line in s.ok(*args).err.splitlines() if "warning" in line]
+    assert len(warned) == 1, warned
+    line = warned[0]
+    assert line.startswith(f"saphan: warning: {repo} has 2 uncommitted change(s) the run's "
+                           "worktree will not carry (it starts from HEAD = ")
+    assert "tracked.txt (M)" in line and "new\\x1bfile (??)" in line  # escaped

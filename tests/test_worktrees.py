@@ -98,3 +98,23 @@ def test_bad_base_and_conflicting_flags_write_nothing(s: Saphan, repo: Path,
     assert s.ok("runs", "list", "--json").json() == []
     assert not (s.home / "worktrees").exists()
     assert _git(repo, "branch", "--list", "saphan/*") == ""
+
+
+def test_not_carried_names_uncommitted_changes(tmp_path: Path) -> None:
+    """What a --repo run's worktree will not have (through the CLI:
+    tests/test_cli_verbs.py)."""
+    import subprocess
+
+    from saphan.worktrees import not_carried, resolve_repo
+
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.email=a@b", "-c", "user.name=a",
+                    "commit", "-q", "--allow-empty", "-m", "b"], check=True)
+    assert not_carried(resolve_repo(str(repo), None)) is None
+    for i in range(7):
+        (repo / f"f{i}").write_text("x")
+    line = not_carried(resolve_repo(str(repo), None), shown=5)
+    assert line is not None and "has 7 uncommitted change(s)" in line
+    assert "f0 (??)" in line and line.endswith("and 2 more; commit them first to give them to "
+                                               "the run")

@@ -158,6 +158,24 @@ def resolve_repo(repo: str, base_ref: str | None) -> RepoSpec:
     return RepoSpec(os.path.realpath(toplevel), os.path.realpath(common), base.stdout.strip(), ref)
 
 
+def not_carried(spec: RepoSpec, shown: int = 5) -> str | None:
+    """One line naming the repository's uncommitted changes, which the run's
+    worktree (made from a commit) will not have; None when the tree is clean.
+    Read with ``git status`` (untracked files too, ignored ones not)."""
+    got = _git("-C", spec.toplevel, "status", "--porcelain=v1", "-z", "--untracked-files=all",
+               "--no-renames", env=_git_env())
+    if got.returncode != 0:
+        return None
+    entries = [e for e in got.stdout.split("\0") if len(e) > 3]
+    if not entries:
+        return None
+    names = ", ".join(f"{e[3:]} ({e[:2].strip()})" for e in entries[:shown])
+    more = f" and {len(entries) - shown} more" if len(entries) > shown else ""
+    return (f"warning: {spec.toplevel} has {len(entries)} uncommitted change(s) the run's "
+            f"worktree will not carry (it starts from {spec.base_ref} = {spec.base[:12]}): "
+            f"{names}{more}; commit them first to give them to the run")
+
+
 def branch_for(run_id: str) -> str:
     return f"{BRANCH_NAMESPACE}/{run_id}"
 

@@ -125,6 +125,9 @@ class LocalSite:
             from saphan import worktrees
 
             self.repo = worktrees.resolve_repo(os.fspath(self.repo_arg), self.base_ref)
+            left = worktrees.not_carried(self.repo)
+            if left is not None:
+                _warn(self.stream, left)
         if self.repo is None and not os.path.isdir(wd):
             raise refusals.workdir_missing(
                 f"the working directory {wd} does not exist on {self.slot.machine}",
