@@ -229,6 +229,11 @@ def test_run_wait_takes_the_seat_when_it_frees(saphan: Saphan, tmp_path: Path) -
     # one row per run: the waiting run's reservation was retried, not remade
     rows = s.ok("runs", "list", "--json").json()
     assert [r["outcome"] for r in rows] == ["exited", "refused", "refused", "exited"]
+    # no Python None in text: a run refused before it held a seat has no ordinal
+    for r in rows:
+        shown = s.ok("runs", "show", r["id"]).out
+        assert "None" not in shown
+    assert "ordinal: -\n" in s.ok("runs", "show", rows[1]["id"]).out
 
 
 def test_remove_worktree_needs_repo(saphan_sqlite: Saphan, tmp_path: Path) -> None:

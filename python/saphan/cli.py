@@ -856,6 +856,11 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         ctx.exit(REFUSAL_EXIT)
 
 
+def _cell(value: object) -> str:
+    """A value for text output: ``-`` when there is none (never ``None``)."""
+    return "-" if value is None or value == "" else str(value)
+
+
 def _show_record(record: RunRecord) -> None:
     from saphan.confine.protected import printable
     from saphan.records import INVALID_HEADLINE, MISSING_HEADLINE
@@ -881,13 +886,13 @@ def _show_record(record: RunRecord) -> None:
         echo(f"  fix:       {verified.get('remediation')}")
     enforced = d.get("enforced_by")
     echo(f"run:         {d['id']}")
-    echo(f"machine:     {d['machine']}  slot: {d['slot']}  ordinal: {d.get('session_ordinal')}")
-    echo(f"tool:        {d.get('tool')}  argv: {_emit_compact(d.get('argv'))}")
-    echo(f"workdir:     {d.get('workdir')}")
+    echo(f"machine:     {d['machine']}  slot: {d['slot']}  ordinal: {_cell(d.get('session_ordinal'))}")
+    echo(f"tool:        {_cell(d.get('tool'))}  argv: {_emit_compact(d.get('argv'))}")
+    echo(f"workdir:     {_cell(d.get('workdir'))}")
     if d.get("worktree"):
         w = d["worktree"]
         echo(f"worktree:    {w['path']} on {w['branch']} from {w['base'][:12]} "
-                   f"({'kept' if w.get('kept') else 'removed'}; head {str(w.get('head_after'))[:12]})")
+                   f"({'kept' if w.get('kept') else 'removed'}; head {_cell(w.get('head_after'))[:12]})")
     if enforced:
         echo(f"enforced_by: {enforced['mechanism']} {enforced['version']} "
                    f"({enforced['executable']} sha256:{enforced['executable_sha256']})")
@@ -931,15 +936,15 @@ def _show_record(record: RunRecord) -> None:
         echo(f"writable:    {path}")
     for path in (d.get("policy") or {}).get("read_denials", []):
         echo(f"unreadable:  {path}")
-    echo(f"started:     {d.get('started_at')}")
+    echo(f"started:     {_cell(d.get('started_at'))}")
     live = d.get("live")
     if live is not None:
         holder, life = live.get("holder") or {}, live.get("liveness") or {}
-        echo(f"holder:      pid {holder.get('pid')} on {holder.get('host')} "
+        echo(f"holder:      pid {_cell(holder.get('pid'))} on {_cell(holder.get('host'))} "
              f"({life.get('state', 'unknown')}: {life.get('evidence', 'not read')})")
         echo(f"finished:    - (live: {d.get('state')})")
     else:
-        echo(f"finished:    {d.get('finished_at')}")
+        echo(f"finished:    {_cell(d.get('finished_at'))}")
     from saphan.run.end import signal_text
 
     echo(f"outcome:     {d.get('outcome') or '-'}  exit: {signal_text(d.get('exit_code'))}")
