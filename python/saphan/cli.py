@@ -314,8 +314,10 @@ def machine_deliver(
     engine = _engine(ctx)
     count = len(names) or len([m for m in engine.machines() if m.transport == "ssh"])
     if as_json:
+        from saphan.fleet.delivery import as_row
+
         results = engine.deliver(list(names), all_machines=all_machines, probe=probe)
-        _emit_json(results)
+        _emit_json([as_row(r) for r in results])
     else:
         with click.progressbar(
             length=max(count, 1), label="delivering saphan-launcher", file=sys.stderr,

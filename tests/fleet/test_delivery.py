@@ -73,3 +73,16 @@ def test_an_unreachable_machine_is_an_error_result_and_writes_nothing(ctx: Conte
     assert ctx.store.list_facts("far1") == ctx.store.list_facts("far2") == []
     again = delivery.deliver(ctx, ["far2", "far1", "far2"])
     assert [r["machine"] for r in again] == ["far2", "far1"]
+
+
+def test_every_result_has_one_key_set() -> None:
+    """`machine deliver --json`: installed, refused and failed machines alike."""
+    from saphan.fleet.delivery import RESULT_KEYS, as_row
+
+    rows = [as_row({"machine": "a", "address": "x", "result": "installed", "path": "/p",
+                    "sha256": "f" * 64, "version": "1", "delivered_at": "t"}),
+            as_row({"machine": "b", "address": "y", "result": "refused",
+                    "refusal": {"class": "digest-mismatch"}, "error": "refused"}),
+            as_row({"machine": "c", "address": "z", "result": "error", "error": "e"})]
+    assert {tuple(sorted(r)) for r in rows} == {tuple(sorted(RESULT_KEYS))}
+    assert rows[2]["sha256"] is None and rows[0]["error"] is None

@@ -112,3 +112,14 @@ def deliver(
             if on_done is not None:
                 on_done(res)
     return [results[x.name] for x in machines]
+
+
+#: every machine's keys in `machine deliver --json`: one key set, null where a
+#: result has none (an error has no sha256, an installed launcher no error)
+RESULT_KEYS = ("machine", "address", "result", "path", "sha256", "version", "delivered_at",
+               "refusal", "error", "probe", "probe_error")
+
+
+def as_row(res: dict[str, Any]) -> dict[str, Any]:
+    """One machine's result with every key of :data:`RESULT_KEYS`."""
+    return {**{k: None for k in RESULT_KEYS}, **res}
