@@ -218,6 +218,7 @@ def test_run_wait_takes_the_seat_when_it_frees(saphan: Saphan, tmp_path: Path) -
             time.sleep(0.05)
         full = _run(s, wd, "--", "true")
         assert full.returncode == 3 and "seat-full" in full.stderr
+        assert "`saphan run --wait[=SECS]` waits for a seat" in full.stderr
         short = _run(s, wd, "--wait=0.3", "--", "true")
         assert short.returncode == 3 and "waited 0.3 s for a seat" in short.stderr
         waited = _run(s, wd, "--wait=60", "--json", "--", "echo", "got")

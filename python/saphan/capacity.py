@@ -99,7 +99,8 @@ def reserve_seat(
     ]
     raise refusals.seat_full(
         seat_full_message(slot, holding) + waited,
-        f"wait for a holder to finish, raise the capacity with `saphan slot set "
+        f"wait for a holder to finish (`saphan run --wait[=SECS]` waits for a seat), raise "
+        f"the capacity with `saphan slot set "
         f"{slot.machine} {slot.name} --max-sessions N`, or end a run with `saphan runs "
         "cancel ID` (it ends the run's processes and records it cancelled)",
     )
