@@ -298,3 +298,34 @@ def test_a_dirty_tree_under_repo_is_a_one_line_warning(saphan_sqlite: Saphan,
     assert line.startswith(f"saphan: warning: {repo} has 2 uncommitted change(s) the run's "
                            "worktree will not carry (it starts from HEAD = ")
     assert "tracked.txt (M)" in line and "new\\x1bfile (??)" in line  # escaped
+
+
+@pytest.mark.usefixtures("bwrap_available")
+def test_run_wait_holds_no_lock_while_it_waits(saphan: Saphan, tmp_path: Path) -> None:
+    """While a run waits for a seat, other commands write the store at once
+    (nothing is held between its tries), and the waiter still gets the seat."""
+    s = saphan
+    wd = _setup(s, tmp_path)
+    holder = subprocess.Popen([saphan_exe(), "run", "--machine", "here", "--slot", "s1",
+                               "--workdir", str(wd), "--", "sleep", "4"], env=s.env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    waiter = None
+    try:
+        deadline = time.monotonic() + 30
+        while not s.ok("runs", "list", "--state", "live", "--json").json():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        waiter = subprocess.Popen([saphan_exe(), "run", "--machine", "here", "--slot", "s1",
+                                   "--workdir", str(wd), "--wait", "--", "true"], env=s.env(),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert waiter.stderr is not None
+        assert "waiting up to 600 s for a seat" in waiter.stderr.readline()
+        for i in range(3):  # writes while it waits: none is kept waiting
+            t0 = time.monotonic()
+            s.ok("machine", "add", f"other{i}", "--local")
+            assert time.monotonic() - t0 < 3
+        assert waiter.wait(timeout=60) == 0
+    finally:
+        holder.wait(timeout=60)
+        if waiter is not None and waiter.poll() is None:
+            waiter.kill()
