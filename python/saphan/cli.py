@@ -562,7 +562,7 @@ def slot_remove(ctx: click.Context, machine_name: str, slot_name: str) -> None:
                    "record, or {\"refusal\": ...} when none was written); the command's own "
                    "output then streams to stderr.")
 @click.option("--wait", "wait", type=click.FloatRange(0, MAX_WAIT), is_flag=False,
-              flag_value=DEFAULT_WAIT, default=None, metavar="[=SECS]",
+              flag_value=DEFAULT_WAIT, default=None, metavar="[SECS]",
               help=f"When the slot is full, try the same reservation again with backoff for up "
                    f"to SECS seconds (bare --wait: {DEFAULT_WAIT:.0f}; 0..{MAX_WAIT:.0f}) "
                    "instead of refusing seat-full at once. Nothing is held while waiting.")
