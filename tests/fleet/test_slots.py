@@ -175,6 +175,8 @@ def test_run_defaults_are_stored_shown_changed_and_cleared(ctx: Context, m1: str
     ("claude", {"endpoint": "https://host#"}, "is not an http(s) URL"),
     ("claude", {"endpoint": "https://good.com\\.evil.com/"}, "is not an http(s) URL"),
     ("claude", {"endpoint": "http://10.0.0.1/v1"}, "plain http to 10.0.0.1 would send the API key"),
+    ("claude", {"endpoint": "http://127.attacker.example/v1"}, "plain http to 127.attacker"),
+    ("claude", {"endpoint": "http://127.0.0.1.attacker.example:80/v1"}, "would send the API key"),
     ("claude", {"model": "m\x1b]52;c;eA==\x07"}, "is not a model name"),
     ("claude", {"endpoint": "https://user:secret@gw.example/"}, "carries credentials"),
     ("claude", {"model": "--dangerously-skip-permissions"}, "is not a model name"),

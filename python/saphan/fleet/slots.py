@@ -12,6 +12,7 @@ slot doing nothing.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,7 +42,17 @@ def _option(field: str) -> str:
 
 #: printable ASCII, no space: what an endpoint URL and a model name may hold
 _PRINTABLE = re.compile(r"[\x21-\x7e]+")
-_LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
+def _loopback(host: str) -> bool:
+    """``localhost`` or a loopback IP address — never a name that merely
+    starts like one (``127.attacker.example``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def check_endpoint(url: str) -> str:
@@ -66,7 +77,7 @@ def check_endpoint(url: str) -> str:
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         raise UserError("--endpoint carries credentials in the URL, which would be stored and "
                         "recorded; give the URL without them and the key in the tool's variable")
-    if parts.scheme == "http" and not (host in _LOOPBACK or host.startswith("127.")):
+    if parts.scheme == "http" and not _loopback(host):
         raise UserError(f"--endpoint {url!r}: plain http to {host} would send the API key in "
                         "the clear; use https (http is for this machine's loopback only)")
     return url
