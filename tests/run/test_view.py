@@ -225,6 +225,41 @@ def test_a_line_over_the_limit_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> N
         "    error: after"]
 
 
+def test_a_whole_line_over_the_limit_in_one_write_is_not_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review: 25 MB of escapes in one write took seconds of the pump's time."""
+    monkeypatch.setattr(view, "MAX_LINE", 1000)
+    out = io.BytesIO()
+    e = EscapedLines(out)
+    e.write(b"\x1b" * 5000 + b"\nshort\n")
+    e.finish()
+    assert out.getvalue().decode().splitlines() == [
+        "(a line of more than 1,000 bytes, not shown: the run's stderr.log keeps it)", "short"]
+
+
+class _Tty(io.BytesIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_raw_streams_that_reach_a_terminal_are_escaped() -> None:
+    """Review: with --raw, or stdout not a terminal, the tool's stderr (which
+    the run can write through /proc/<pid>/fd/2) reached the terminal raw: an
+    OSC 52 clipboard write and a line erase."""
+    term_out, term_err = _Tty(), _Tty()
+    raw = view.escaped_for_tool("claude", out=term_out, err=term_err)
+    assert raw is not None and raw.out is not None and raw.err is not None
+    raw.err.write(b"\x1b]52;c;aGk=\x07\x1b[2K\rforged\n")
+    raw.out.write('{"type":"system","text":"\u202e\u009b ok"}\n'.encode())
+    raw.finish()
+    assert term_err.getvalue() == b"\\x1b]52;c;aGk=\\x07\\x1b[2K\\rforged\n"
+    assert term_out.getvalue() == b'{"type":"system","text":"\\u202e\\x9b ok"}\n'
+    # a pipe or a file gets the bytes as they are (as stdout.log keeps them)
+    piped = view.escaped_for_tool("codex", out=io.BytesIO(), err=io.BytesIO())
+    assert piped is not None and piped.out is None and piped.err is None
+    assert view.escaped_for_tool("command") is None
+
+
 def test_stderr_is_escaped_line_by_line() -> None:
     err = io.BytesIO()
     e = EscapedLines(err)

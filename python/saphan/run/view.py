@@ -102,11 +102,17 @@ class _Lines:
             i = buf.find(b"\n", start)
             if i < 0:
                 break
-            line = bytes(buf[:i])
+            whole = i <= MAX_LINE
+            line = bytes(buf[:i]) if whole else b""
             del buf[:i + 1]
             start = 0
             if self._skipping:
                 self._skipping = False
+                continue
+            if not whole:
+                # a line over the limit that arrived whole in one write
+                # (review: 25 MB of escapes held the pump for seconds)
+                self._overlong()
                 continue
             self._line(line)
         if len(buf) > MAX_LINE:
@@ -518,6 +524,43 @@ class View:
     def finish(self) -> None:
         self.err.finish()
         self.out.finish()
+
+
+class EscapedStdout(EscapedLines):
+    """The child's stdout shown as it comes (``--raw``), each line with
+    control characters escaped: JSON escapes C0 controls itself, but not C1
+    controls or bidi overrides, and a line that is not JSON holds anything."""
+
+    log = "stdout.log"
+
+
+@dataclass
+class Escaped:
+    """The raw streams of a tool run, each one that is a terminal escaped."""
+
+    out: EscapedLines | None
+    err: EscapedLines | None
+
+    def finish(self) -> None:
+        for sink in (self.err, self.out):
+            if sink is not None:
+                sink.finish()
+
+
+def escaped_for_tool(tool: str, *, out: IO[bytes] | None = None,
+                     err: IO[bytes] | None = None) -> Escaped | None:
+    """Without the view (``--raw``, or stdout not a terminal): the streams as
+    they come, but what reaches a terminal is escaped line by line — the
+    run writes these streams (review: an OSC 52 clipboard write and a line
+    erase reached the operator's terminal through the tool's stderr). A
+    stream that is not a terminal (a pipe, a file) gets the bytes as they
+    are, as stdout.log keeps them. None for a tool outside :data:`TOOLS`."""
+    if tool not in TOOLS:
+        return None
+    o = out if out is not None else sys.stdout.buffer
+    e = err if err is not None else sys.stderr.buffer
+    return Escaped(EscapedStdout(o) if o.isatty() else None,
+                   EscapedLines(e) if e.isatty() else None)
 
 
 def for_tool(tool: str, *, workdir: str | None = None, out: IO[bytes] | None = None,

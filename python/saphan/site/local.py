@@ -47,6 +47,7 @@ from saphan.transport import local
 if TYPE_CHECKING:
     from saphan.context import Context
     from saphan.liveness import RemoteCheck
+    from saphan.run.view import Escaped, View
     from saphan.tools.adapter import Adapter, CommandAdapter
     from saphan.tools.launch import Request as AgentRequest
     from saphan.transport.local import Finished
@@ -271,11 +272,13 @@ class LocalSite:
             # memory or environ. Restored when the run ends.
             self.was_dumpable = local.set_dumpable(False)
         limit = adapter.time_limit()
-        view = None
-        if self.view and self.stream:
-            from saphan.run.view import for_tool
+        view: View | Escaped | None = None
+        if self.stream and adapter.tool in AGENT_TOOLS:
+            from saphan.run.view import escaped_for_tool, for_tool
 
-            view = for_tool(adapter.tool, workdir=os.path.realpath(wd))
+            # the view, or the raw streams with what reaches a terminal escaped
+            view = (for_tool(adapter.tool, workdir=os.path.realpath(wd)) if self.view
+                    else escaped_for_tool(adapter.tool))
         try:
             finished = local.run(
                 self.argv, cwd=wd, run_dir=str(self.run_dir), env=self.env,
