@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import Saphan, saphan_exe
+from saphan.context import Context
 from saphan.run.cancel import parse_signal
 
 
@@ -149,3 +150,78 @@ def test_an_unknown_run_is_exit_2(saphan_sqlite: Saphan) -> None:
 ])
 def test_signals_are_named_any_usual_way(given: str, name: str) -> None:
     assert parse_signal(given) == name
+
+
+# -- a driver that cannot be signalled is not taken for dead -------------------------
+
+def _held_by(ctx: Context, proc: subprocess.Popen[bytes]) -> str:
+    """A live row on m/s1 held by ``proc`` (standing in for the run's saphan)."""
+    from saphan.ids import new_run_id
+    from saphan.liveness import Holder, boot_id, process_start_ticks, this_host
+    from saphan.run.reserve import reserve
+    from saphan.timefmt import now_iso
+
+    s1 = ctx.store.get_slot("m", "s1")
+    assert s1 is not None
+    base = {"id": new_run_id(), "machine": "m", "slot": "s1", "workdir": "/wd",
+            "started_at": now_iso()}
+    reserve(ctx, s1, base, "/wd",
+            Holder(this_host(), proc.pid, process_start_ticks(proc.pid), boot_id()))
+    return str(base["id"])
+
+
+@pytest.mark.parametrize(("said", "fix"), [
+    ("not sent: permission denied (another user's saphan drives it)",
+     "as the user whose saphan drives it (uid "),
+    ("not sent: its start time or boot id was not recorded",
+     "then `saphan runs finalize "),
+])
+def test_a_driver_cancel_cannot_signal_keeps_its_run_live_and_its_seat(
+        ctx: Context, monkeypatch: pytest.MonkeyPatch, said: str, fix: str) -> None:
+    """Review (lc_cancel_eperm): "not sent" is alive-or-unknown, never dead —
+    cancel refuses, the row stays live, the seat held, the request taken back."""
+    import saphan.run.cancel as cancel_mod
+    from saphan.refusals import Refusal
+    from saphan.run.end import cancel_request
+
+    driver = subprocess.Popen(["sleep", "60"])
+    try:
+        rid = _held_by(ctx, driver)
+        monkeypatch.setattr(cancel_mod, "_signal_here", lambda h, s: said)
+        with pytest.raises(RuntimeError) as info:
+            cancel_mod.cancel(ctx, rid, grace=0)
+        msg = str(info.value)
+        assert f"pid {driver.pid}" in msg and said in msg and fix in msg, msg
+        assert "the row stays live and its seat held" in msg
+        row = ctx.store.get_run(rid)
+        assert row is not None and row.live and row.outcome is None
+        assert cancel_request(ctx.workspace.run_dir(rid)) is None
+        assert driver.poll() is None
+        s1 = ctx.store.get_slot("m", "s1")
+        assert s1 is not None
+        with pytest.raises(Refusal) as full:
+            _held_by(ctx, driver)
+        assert full.value.cls == "seat-full"
+    finally:
+        driver.kill()
+        driver.wait()
+
+
+def test_a_driver_measured_dead_after_the_signal_lets_cancel_record_the_end(
+        ctx: Context) -> None:
+    """The signal reached it and it is gone (a zombie here, never reaped by a
+    saphan that would record): cancel records the run cancelled itself."""
+    from saphan.run.cancel import cancel
+
+    driver = subprocess.Popen(["sleep", "60"])
+    try:
+        rid = _held_by(ctx, driver)
+        done = cancel(ctx, rid, grace=5)
+        assert done.recorded_by == "cancel", done.steps
+        assert done.record.outcome == "cancelled"
+        assert "SIGTERM to the run's driver" in done.steps[0] and done.steps[0].endswith("sent")
+        row = ctx.store.get_run(rid)
+        assert row is not None and not row.live
+    finally:
+        driver.kill()
+        driver.wait()

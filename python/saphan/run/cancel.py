@@ -33,10 +33,17 @@ The steps, with G the grace (default 10 s):
   far launcher wrote. A far process still there after all that is an error
   (exit 1) and the row stays live: its seat is never freed on doubt.
 - local, driver already dead: its boundary died with it; cancel records.
+
+A driver that cannot be signalled (another user's saphan: permission denied;
+or its start time or boot id not recorded) is alive or unknown, never taken
+for dead: cancel refuses (exit 1, naming why and the fix), takes its request
+back, and the row stays live, its seat held. Only a driver measured dead (its
+pid gone, or its start time or boot id differ) lets cancel record the end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -45,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from saphan.errors import TransportError, UserError
 from saphan.liveness import Holder, Liveness
-from saphan.run.end import CANCEL_SIGNALS, write_cancel_request
+from saphan.run.end import CANCEL_REQUEST, CANCEL_SIGNALS, write_cancel_request
 from saphan.timefmt import now_iso
 
 if TYPE_CHECKING:
@@ -111,6 +118,14 @@ def cancel(ctx: Context, run_id: str, *, sig: str = "SIGTERM",
     far = _far(ctx, row)
     driver = _driver(row, found)
     d_life = check(driver) if driver is not None else None
+    if far is None and driver is not None and driver.host == this_host() and (
+            d_life is not None and d_life.state == "unknown"):
+        raise UserError(
+            f"run {row.id} is held by pid {driver.pid} on this host, but its start time or "
+            f"boot id was not recorded, so whether that pid is still the run's saphan cannot "
+            f"be measured: nothing was signalled and the row stays live; end pid "
+            f"{driver.pid} yourself once you know it is the run's saphan, then `saphan runs "
+            f"finalize {row.id} --force`")
     if far is None and (d_life is None or d_life.state == "unknown"):
         where = row.holder_host or "no recorded host"
         raise UserError(
@@ -130,7 +145,11 @@ class _Job:
                  d_life: Liveness | None) -> None:
         self.ctx, self.row, self.sig, self.grace = ctx, row, sig, grace
         self.far, self.driver = far, driver
-        self.driver_alive = d_life is not None and d_life.state == "alive"
+        # Alive or unknown: only a driver measured dead (its pid gone, or its
+        # start time or boot id differ) lets cancel record the end itself.
+        self.driver_alive = d_life is not None and d_life.state != "dead"
+        #: a signal reached the driver (its request is then acted on)
+        self.sent = False
         self.far_alive = far is not None
         self.steps: list[str] = []
         self.t0 = time.monotonic()
@@ -150,7 +169,7 @@ class _Job:
             return True
         self.now_row = got
         if self.driver_alive and self.driver is not None:
-            self.driver_alive = check(self.driver).state == "alive"
+            self.driver_alive = check(self.driver).state != "dead"
         if self.far is not None and self.far_alive:
             from saphan.site import far as far_side
 
@@ -177,8 +196,37 @@ class _Job:
         said = _signal_here(self.driver, sig)
         self._step(f"{signal.Signals(sig).name} to the run's driver, pid {self.driver.pid} "
                    f"on {self.driver.host}: {said}")
-        if said != "sent":
+        if said == "sent":
+            self.sent = True
+        elif said.startswith("gone"):
             self.driver_alive = False
+        else:
+            self._refuse(said)
+
+    def _refuse(self, said: str) -> None:
+        """A driver that could not be signalled is alive or unknown: the run
+        goes on, so its row stays live and its seat held (exit 1). A request
+        no signal followed is taken back, so the driver does not end the run
+        ``cancelled`` on some later signal."""
+        assert self.driver is not None
+        if not self.sent:
+            with contextlib.suppress(OSError):
+                os.unlink(self.ctx.workspace.run_dir(self.row.id) / CANCEL_REQUEST)
+        d, rid = self.driver, self.row.id
+        if "permission" in said:
+            try:
+                uid: int | str = os.stat(f"/proc/{d.pid}").st_uid
+            except OSError:
+                uid = "?"
+            fix = (f"run `saphan runs cancel {rid}` as the user whose saphan drives it "
+                   f"(uid {uid})")
+        else:
+            fix = (f"its liveness cannot be measured: end pid {d.pid} yourself once you know "
+                   f"it is the run's saphan, then `saphan runs finalize {rid} --force`")
+        raise RuntimeError(
+            f"run {rid}: its driver, pid {d.pid} on {d.host}, was not signalled ({said}); "
+            f"it may still be running the run, so the row stays live and its seat held: {fix}"
+            + (f" ({'; '.join(self.steps)})" if self.steps else ""))
 
     def _to_far(self, sig: str, *, children: bool) -> None:
         if self.far is None or not self.far_alive:
