@@ -52,6 +52,8 @@ def test_the_base_hands_the_prompt_file_on_stdin_and_adds_nothing() -> None:
     assert a.environment(env) == env
     assert a.vendor_boundary(POLICY) is None
     assert a.after_run("/nonexistent") == {} and a.outcome({"x": 1}) is None
+    assert a.after_exit("/nonexistent", -9) == {}  # after_run, by default
+    assert a.credential_refused("ANTHROPIC_BASE_URL") is None  # the base refuses none
     assert a.time_limit() is None
 
 

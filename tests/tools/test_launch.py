@@ -128,6 +128,59 @@ def test_a_class_credential_must_be_set(ctx: Context, wd: Path, tmp_path: Path,
     assert "GH_TOKEN" in a.env_allowed()
 
 
+@pytest.mark.parametrize("name", [
+    "CLAUDE_CODE_USE_BEDROCK", "ANTHROPIC_BEDROCK_BASE_URL", "CLAUDE_CODE_SKIP_BEDROCK_AUTH",
+    "AWS_REGION", "ANTHROPIC_MODEL", "CLAUDE_CODE_USE_VERTEX", "GOOGLE_APPLICATION_CREDENTIALS",
+    "CLOUD_ML_REGION", "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY",
+    "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "NODE_OPTIONS", "LD_PRELOAD",
+    "DISABLE_PROMPT_CACHING", "MAX_THINKING_TOKENS", "MCP_TOOL_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+])
+def test_a_class_credential_that_steers_claude_is_refused(
+        ctx: Context, wd: Path, tmp_path: Path, agent_bins: dict[str, Path],
+        monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """A class (which a repository can supply) may not name a variable Claude
+    Code reads itself: refused (exit 2) naming the class, the variable and why."""
+    pc = _pc(tmp_path, credentials=["GH_TOKEN", name])
+    monkeypatch.setenv("GH_TOKEN", "ghp_x")
+    monkeypatch.setenv(name, "1")
+    with pytest.raises(UserError) as info:
+        _prepare(ctx, "claude", Request(prompt="t", permission_class=pc), wd)
+    msg = str(info.value)
+    assert f"permission class {pc} names credential {name}, which claude reads itself" in msg
+    assert f"remove {name} from the class's credentials" in msg
+
+
+def test_claude_class_credentials_that_only_authenticate_pass(
+        ctx: Context, wd: Path, tmp_path: Path, agent_bins: dict[str, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    names = ["GH_TOKEN", "NPM_TOKEN", "ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"]
+    for n in names:
+        monkeypatch.setenv(n, "x")
+    a = _prepare(ctx, "claude", Request(prompt="t", permission_class=_pc(
+        tmp_path, credentials=names)), wd)
+    assert set(names) <= set(a.env_allowed())
+
+
+@pytest.mark.parametrize("where", ["config-dir", "home"])
+def test_claude_refuses_a_config_home_inside_the_workdir(
+        ctx: Context, wd: Path, agent_bins: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+        where: str) -> None:
+    """CLAUDE_CONFIG_DIR (else ~/.claude) inside the working directory: the
+    run could leave settings or hooks for the next; refused before anything."""
+    if where == "config-dir":
+        monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(wd / "sub" / ".cfg"))
+    else:
+        monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
+        monkeypatch.setenv("HOME", str(wd))
+    with pytest.raises(UserError, match=r"configuration directory .* is inside the working "
+                                        r"directory"):
+        _prepare(ctx, "claude", Request(prompt="t"), wd)
+    assert not ctx.workspace.run_dir("01RUN").exists()
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(wd.parent / "cfg"))
+    _prepare(ctx, "claude", Request(prompt="t"), wd)  # beside it: fine
+
+
 # -- good requests -------------------------------------------------------------------------
 
 def test_claude_gets_the_prompt_on_a_file_and_the_digested_binary(
@@ -237,8 +290,30 @@ def test_the_loop_without_lanes(ctx: Context, wd: Path) -> None:
 
 # -- --resume RUN: the only way a session continues ---------------------------------------------
 
+SESSION = "3f1d6c2e-8a4b-5c6d-9e0f-112233445566"
+
+
+@pytest.fixture(autouse=True)
+def claude_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Claude Code's configuration home for these tests (never the machine's)."""
+    cfg = tmp_path / "claude-config"
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(cfg))
+    return cfg
+
+
+def _transcript(wd: Path, session: str, text: str = '{"type":"user"}\n') -> str:
+    """Write the session's transcript where Claude Code keeps it; its SHA-256."""
+    from saphan.tools import claude
+
+    path = Path(claude.transcript_path(os.path.realpath(wd), session))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _recorded_run(ctx: Context, wd: Path, *, tool: str = "claude",
-                  session: str | None = "sess-1", key: bytes | None = None) -> str:
+                  session: str | None = SESSION, key: bytes | None = None,
+                  transcript: str | None = None) -> str:
     store = ctx.store
     if store.get_machine("m") is None:
         store.add_machine(Machine("m", "local"))
@@ -255,6 +330,8 @@ def _recorded_run(ctx: Context, wd: Path, *, tool: str = "claude",
         "workdir": str(wd)}
     if session is not None:
         record["agent_session"] = {"id": session}
+    if transcript is not None:
+        record["claude_transcript"] = {"path": "(the leaf)", "sha256": transcript}
     store.finalize(run_id, state="ended", outcome="exited", exit_code=0, finished_at=finished,
                    record_json=signed_record_json(key or ctx.record_key(), record))
     return run_id
@@ -262,10 +339,50 @@ def _recorded_run(ctx: Context, wd: Path, *, tool: str = "claude",
 
 def test_resume_names_the_recorded_session(ctx: Context, wd: Path,
                                            agent_bins: dict[str, Path]) -> None:
-    previous = _recorded_run(ctx, wd)
+    previous = _recorded_run(ctx, wd, transcript=_transcript(wd, SESSION))
     a = _prepare(ctx, "claude", Request(prompt="go on", resume=previous[:12]), wd)
-    assert a.instruction.resume == Resume(run_id=previous, session_id="sess-1")
-    assert a.record(None)["resumes"] == {"run": previous, "session": "sess-1"}  # type: ignore[arg-type]
+    assert a.instruction.resume == Resume(run_id=previous, session_id=SESSION)
+    assert a.record(None)["resumes"] == {"run": previous, "session": SESSION}  # type: ignore[arg-type]
+
+
+def test_resume_refuses_a_claude_session_that_is_not_a_uuid(
+        ctx: Context, wd: Path, agent_bins: dict[str, Path]) -> None:
+    """The session id names session-env/<id>, which saphan creates and grants."""
+    for bad in ("sess-1", "../../x", SESSION.upper(), f"{SESSION}/x"):
+        previous = _recorded_run(ctx, wd, session=bad, transcript="0" * 64)
+        with pytest.raises(UserError, match="which is not a UUID"):
+            _prepare(ctx, "claude", Request(prompt="t", resume=previous), wd)
+    assert not ctx.workspace.run_dir("01RUN").exists()
+
+
+def test_resume_refuses_a_claude_transcript_changed_since_its_run(
+        ctx: Context, wd: Path, agent_bins: dict[str, Path]) -> None:
+    """The transcript's digest at the run's end is compared with the file
+    now: another run in the same workdir shares its directory."""
+    digest = _transcript(wd, SESSION)
+    previous = _recorded_run(ctx, wd, transcript=digest)
+    forged = _transcript(wd, SESSION, '{"type":"user","text":"INJECTED"}\n')
+    with pytest.raises(UserError) as info:
+        _prepare(ctx, "claude", Request(prompt="t", resume=previous), wd)
+    msg = str(info.value)
+    assert digest in msg and forged in msg
+    assert "Another run in the same working directory could have written it" in msg
+    # no digest recorded (a run from before): start a new run
+    bare = _recorded_run(ctx, wd)
+    with pytest.raises(UserError, match=r"recorded no digest of its Claude Code transcript.*"
+                                        r"start a new run"):
+        _prepare(ctx, "claude", Request(prompt="t", resume=bare), wd)
+    # a link in its place, to a file with the recorded content, is not followed
+    from saphan.tools import claude
+
+    elsewhere = wd.parent / "elsewhere.jsonl"
+    elsewhere.write_text('{"type":"user"}\n')
+    transcript = Path(claude.transcript_path(os.path.realpath(wd), SESSION))
+    transcript.unlink()
+    transcript.symlink_to(elsewhere)
+    with pytest.raises(UserError, match="cannot be read"):
+        _prepare(ctx, "claude", Request(prompt="t", resume=previous), wd)
+    assert not ctx.workspace.run_dir("01RUN").exists()
 
 
 def test_resume_refuses_another_tool_no_session_or_another_workdir(

@@ -311,8 +311,11 @@ class LocalSite:
         if finished.status_path is not None:
             record["output"]["status"] = finished.status_path
             self._apply_status(finished.status_path, record, end)
-        facts = adapter.after_run(finished.stdout_path)
+        facts = adapter.after_exit(finished.stdout_path, finished.exit_code)
+        notes = facts.pop("notes", [])
         record.update(facts)
+        if notes:
+            record["notes"] = [*record["notes"], *notes]
         end.outcome = adapter.outcome(facts) or end.outcome
         if finished.killed_at_limit:
             end.outcome = "time-limit-killed"

@@ -14,6 +14,10 @@ it). The local site (saphan.site.local) calls, in order:
                                agent's argv from index agent_at on is held to the
                                adapter's allow-list, :attr:`Adapter.allowed_argv`)
     record(policy)          -> what the record says about the tool and its policy
+    credential_refused(name) -> why a permission class may not name ``name`` as a
+                               credential for this tool (it controls the tool: its
+                               endpoint, proxy, trust store, …), else None; checked
+                               by tools/launch.py before the seat
     env_allowed()           -> the variable names the run may take from saphan's
                                environment, on top of the base (confine/environment.py)
     env_set()               -> variables the adapter sets for the run (the slot's
@@ -24,6 +28,9 @@ it). The local site (saphan.site.local) calls, in order:
     stdin_path / stdin_bytes() -> the tool's stdin: a file (the prompt), or
                                bytes written into a pipe (the loop's key)
     after_run(stdout_path)  -> facts read back from the tool's output
+    after_exit(stdout_path, exit_code) -> the same, knowing how the tool ended (the
+                               engine calls this one; by default it is after_run);
+                               a ``notes`` list in it is added to the record's notes
     outcome(facts)          -> the run's outcome, when the tool names a finer one
     time_limit()            -> the engine's watchdog for the whole run, if any
 """
@@ -82,6 +89,13 @@ class Adapter(ABC):
         hidden workspace (bound back read-only)."""
         return ()
 
+    def credential_refused(self, name: str) -> str | None:
+        """Why a permission class may not name the variable ``name`` among
+        its credentials for this tool (it would control the tool itself
+        rather than authenticate a command the agent runs), else None.
+        tools/launch.py refuses the run before the seat."""
+        return None
+
     def env_allowed(self) -> tuple[str, ...]:
         """Names this run may take from saphan's environment beyond
         :data:`saphan.confine.environment.BASE`: by default the permission
@@ -128,6 +142,11 @@ class Adapter(ABC):
 
     def after_run(self, stdout_path: str) -> dict[str, Any]:
         return {}
+
+    def after_exit(self, stdout_path: str, exit_code: int) -> dict[str, Any]:
+        """:meth:`after_run`, knowing the tool's exit status (negative, or
+        128 + N from the engine's launcher, when a signal ended it)."""
+        return self.after_run(stdout_path)
 
     def outcome(self, facts: dict[str, Any]) -> str | None:
         return None

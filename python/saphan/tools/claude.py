@@ -52,8 +52,10 @@ What saphan pins, and what each pin was measured to do:
   environment and ``--settings`` (a managed ``ANTHROPIC_BASE_URL`` won over
   both; measured in a mount namespace with an overlay on /etc). So
   :func:`preflight` refuses a run whose managed settings set
-  an endpoint or sub-agent model other than the one saphan pins, and the
-  record lists the managed files. The managed ``CLAUDE.md`` and
+  an endpoint or sub-agent model other than the one saphan pins, or any
+  other variable :func:`refused_variable` names (a managed
+  ``CLAUDE_CODE_USE_BEDROCK`` with ``ANTHROPIC_BEDROCK_BASE_URL`` sent the
+  traffic elsewhere; review), and the record lists the managed files. The managed ``CLAUDE.md`` and
   ``.claude/rules/*.md`` under /etc/claude-code are loaded too: they are the
   run's :func:`instruction_files`. A managed ``"model"`` lost to ``--model``.
 - **The model, always:** ``--model`` is the operator's (or the slot's), else
@@ -84,7 +86,36 @@ What saphan pins, and what each pin was measured to do:
 - **Turns:** ``--max-turns N`` (hidden from ``--help`` but honoured: with 2,
   two requests, exit 1, a ``result`` of subtype ``error_max_turns``; ``0``
   and non-numbers are silently ignored, so only 1.. is composed). That end
-  is recorded as ``turn-budget-exhausted``, as the loop's.
+  is recorded as ``turn-budget-exhausted``, as the loop's — only when a
+  budget was composed and Claude Code exited 1 itself.
+- **The result event is the tool's word:** a command of the run wrote a
+  ``result`` event (``error_max_turns``, a haiku model) to Claude Code's
+  stdout through ``/proc/<pid>/fd/1`` and SIGKILLed it (review): when Claude
+  Code was ended by a signal (128 + N from the launcher, negative from
+  Python), :meth:`ClaudeAdapter.after_exit` takes neither the outcome nor
+  the usage from it (usage null, ``claude_result.ignored``, a note).
+- **Class credentials that steer Claude Code are refused**
+  (:meth:`ClaudeAdapter.credential_refused`, :func:`refused_variable`): a
+  class — which a repository can supply — naming ``CLAUDE_CODE_USE_BEDROCK``,
+  ``ANTHROPIC_BEDROCK_BASE_URL``, ``CLAUDE_CODE_SKIP_BEDROCK_AUTH`` and
+  ``AWS_REGION`` sent the run's traffic to another server while the record
+  named the slot's endpoint (review). Refused: the prefixes and names
+  2.1.197 reads itself (``process.env.NAME`` in its executable, measured with
+  grep: ``ANTHROPIC_*``, ``CLAUDE_*``, ``AWS_*``, ``AZURE_*``, ``GOOGLE_*``,
+  ``CLOUD_ML_*``, ``DISABLE_*``, ``MAX_*``, ``MCP_*``, ``ENABLE_*``, …),
+  anything naming Bedrock, Vertex, Foundry or a proxy, certificate
+  authorities, telemetry exporters and the runtime's (``NODE_*``, ``LD_*``).
+  :data:`ENV_ALLOWED` passes anyway, so a class may name it.
+- **The transcript is digested:** every run in a working directory shares
+  the session leaf, so one rewrote another's transcript and ``--resume``
+  sent the forged history (review). The record's ``claude_transcript`` holds
+  the SHA-256 of ``<leaf>/<session id>.jsonl`` at the run's end (read with
+  ``O_NOFOLLOW``, a regular file, bounded); tools/launch.py refuses a resume
+  whose transcript differs, whose record has no digest, or whose session id
+  is not a UUID (it names ``session-env/<id>``, created and granted).
+- **The configuration home is outside the working directory**
+  (:func:`refuse_config_home_in`): otherwise a run could leave settings,
+  hooks or MCP servers in it for the next run.
 
 With ``run.confinement = vendor`` the engine composes no boundary and the
 record says, in as many words, that it makes no claim the agent is confined.
@@ -168,6 +199,71 @@ ENV_ALLOWED: tuple[str, ...] = (
 #: A managed settings file larger than this is not read (and the run refused).
 _MANAGED_LIMIT = 1 << 20
 
+#: A transcript larger than this is not digested (the record says why; a
+#: run with no digest cannot be resumed).
+_TRANSCRIPT_LIMIT = 1 << 30
+
+_ENDPOINT_WHY = ("it selects the endpoint, provider, account or model Claude Code talks to, or how "
+                 "it behaves")
+_TRANSPORT_WHY = ("it decides where Claude Code's connections go or whom they trust (a proxy or a "
+                  "certificate authority)")
+_RUNTIME_WHY = "it changes what Claude Code's runtime loads or runs (the dynamic loader, Node or Bun)"
+
+#: What a permission class may not name as a credential for a Claude run, and
+#: why (:func:`refused_variable`). Every prefix and name below is one Claude
+#: Code 2.1.197 reads (``process.env.NAME`` in its executable, measured with
+#: grep), or a family the operating system's loader or its TLS stack reads.
+REFUSED_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("ANTHROPIC_", _ENDPOINT_WHY), ("CLAUDE_", _ENDPOINT_WHY),
+    # Bedrock (AWS_*), Vertex (GOOGLE_*, GCLOUD_*, CLOUDSDK_*, CLOUD_ML_*,
+    # GCE_METADATA_*), Foundry (AZURE_*): another provider, another endpoint
+    ("AWS_", _ENDPOINT_WHY), ("AZURE_", _ENDPOINT_WHY), ("GOOGLE_", _ENDPOINT_WHY),
+    ("GCLOUD_", _ENDPOINT_WHY), ("CLOUDSDK_", _ENDPOINT_WHY), ("CLOUD_ML_", _ENDPOINT_WHY),
+    ("GCE_METADATA_", _ENDPOINT_WHY),
+    # its knobs: DISABLE_PROMPT_CACHING, MAX_THINKING_TOKENS, MCP_TOOL_TIMEOUT,
+    # ENABLE_TOOL_SEARCH, FORCE_PROMPT_CACHING_5M, USE_LOCAL_OAUTH, CCR_*, …
+    ("DISABLE_", _ENDPOINT_WHY), ("MAX_", _ENDPOINT_WHY), ("MCP_", _ENDPOINT_WHY),
+    ("ENABLE_", _ENDPOINT_WHY), ("FORCE_", _ENDPOINT_WHY), ("USE_", _ENDPOINT_WHY),
+    ("CCR_", _ENDPOINT_WHY),
+    # telemetry exporters: where its traces, logs and metrics go
+    ("OTEL_", _TRANSPORT_WHY), ("GRPC_", _TRANSPORT_WHY),
+    ("NODE_", _RUNTIME_WHY), ("BUN_", _RUNTIME_WHY), ("LD_", _RUNTIME_WHY),
+    ("DYLD_", _RUNTIME_WHY),
+)
+#: Anywhere in the name: another provider, or a proxy (``HTTPS_PROXY``,
+#: ``ALL_PROXY``, ``NO_PROXY``, ``AGENT_PROXY_URL``, any case).
+REFUSED_PARTS: tuple[tuple[str, str], ...] = (
+    ("BEDROCK", _ENDPOINT_WHY), ("VERTEX", _ENDPOINT_WHY), ("FOUNDRY", _ENDPOINT_WHY),
+    ("PROXY", _TRANSPORT_WHY),
+)
+#: Single names of the same kinds.
+REFUSED_NAMES: Mapping[str, str] = {
+    **dict.fromkeys(("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+                     "TRACEPARENT", "TRACESTATE", "BETA_TRACING_ENDPOINT",
+                     "SESSION_INGRESS_URL", "VOICE_STREAM_BASE_URL", "LOCAL_BRIDGE",
+                     "METADATA_SERVER_DETECTION", "DETECT_GCP_RETRIES"), _TRANSPORT_WHY),
+    **dict.fromkeys(("API_TIMEOUT_MS", "API_FORCE_IDLE_TIMEOUT", "BASH_MAX_OUTPUT_LENGTH",
+                     "TASK_MAX_OUTPUT_LENGTH", "SLASH_COMMAND_TOOL_CHAR_BUDGET",
+                     "FALLBACK_FOR_ALL_PRIMARY_MODELS", "IS_SANDBOX", "SDK_NATIVE_BIN",
+                     "DEBUG", "DEBUG_AUTH", "DEBUG_SDK", "DEBUG_CLAUDE_AGENT_SDK",
+                     "XDG_CONFIG_HOME"), _ENDPOINT_WHY),
+}
+
+
+def refused_variable(name: str) -> str | None:
+    """Why ``name`` controls Claude Code itself (see :data:`REFUSED_PREFIXES`),
+    else None. Compared in upper case: a proxy is read in either."""
+    upper = name.upper()
+    if upper in REFUSED_NAMES:
+        return REFUSED_NAMES[upper]
+    for prefix, why in REFUSED_PREFIXES:
+        if upper.startswith(prefix):
+            return why
+    for part, why in REFUSED_PARTS:
+        if part in upper:
+            return why
+    return None
+
 VENDOR_NOTE = (
     "run.confinement = vendor: the engine makes no claim that this agent is confined. "
     "saphan composed no boundary around Claude Code; whatever Claude Code does to itself "
@@ -175,7 +271,8 @@ VENDOR_NOTE = (
 )
 
 
-def _uuid(value: str) -> bool:
+def is_uuid(value: str) -> bool:
+    """``value`` is a UUID in its canonical form (as Claude Code names a session)."""
     try:
         return str(uuid.UUID(value)) == value
     except ValueError:
@@ -217,7 +314,7 @@ ALLOWED_ARGV = AllowList(options={
     "--allowedTools": Option(-1, check=_allowed_tool, says="Bash(<command>:*) rules"),
     # the value is the recorded session (the guard's resumption check compares it)
     "--resume": Option(1, says="the explicitly resumed session"),
-    "--session-id": Option(1, check=_uuid, says="a UUID"),
+    "--session-id": Option(1, check=is_uuid, says="a UUID"),
 }, required=frozenset({"-p", "--permission-mode"}))
 
 #: The pins :meth:`ClaudeAdapter.guard` requires on every composed line, each
@@ -234,6 +331,57 @@ def config_home() -> str:
 def session_leaf(workdir: str) -> str:
     """This seat's session directory: ``<config home>/projects/<key>``."""
     return os.path.join(config_home(), "projects", session_key(workdir))
+
+
+def refuse_config_home_in(workdir: str) -> None:
+    """Refuse a run whose configuration home is its working directory or
+    inside it: the run could leave settings, hooks, MCP servers or
+    ``.claude.json`` there for the next Claude Code to read."""
+    home = config_home()
+    wd = os.path.realpath(workdir)
+    if home == wd or home.startswith(wd.rstrip("/") + "/"):
+        raise UserError(
+            f"Claude Code's configuration directory {home} (CLAUDE_CONFIG_DIR, else "
+            f"~/.claude) is inside the working directory {wd}, which the run may write: it "
+            "could leave settings, hooks or MCP servers there for the next run. Run in another "
+            "working directory, or set CLAUDE_CONFIG_DIR to a directory outside it"
+        )
+
+
+def transcript_path(workdir: str, session_id: str) -> str:
+    """The session's transcript: ``<session leaf>/<session id>.jsonl``."""
+    return os.path.join(session_leaf(workdir), f"{session_id}.jsonl")
+
+
+def transcript_sha256(path: str, limit: int = _TRANSCRIPT_LIMIT) -> str:
+    """The SHA-256 of the regular file ``path``, read without following a
+    link at any component, never blocking on a FIFO, at most ``limit``
+    bytes. Raises OSError, or PlantedLink for a link, a special file or a
+    file too large."""
+    import hashlib
+
+    from saphan.confine import nofollow
+    from saphan.errors import PlantedLink
+
+    parent, name = os.path.split(path)
+    with nofollow.open_dir(parent) as d:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=d)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise PlantedLink(path, "not a regular file")
+            if st.st_size > limit:
+                raise PlantedLink(path, f"larger than {limit} bytes")
+            digest, read = hashlib.sha256(), 0
+            while chunk := os.read(fd, 1 << 20):
+                read += len(chunk)
+                if read > limit:
+                    raise PlantedLink(path, f"larger than {limit} bytes")
+                digest.update(chunk)
+        finally:
+            os.close(fd)
+    return digest.hexdigest()
 
 
 def compose_argv(
@@ -357,6 +505,10 @@ def _managed_env(path: str) -> dict[str, Any]:
     return env if isinstance(env, dict) else {}
 
 
+#: What :func:`preflight` compares with the run's own value.
+_MANAGED_PINNED = frozenset({"ANTHROPIC_BASE_URL", "CLAUDE_CODE_SUBAGENT_MODEL"})
+
+
 def _same_url(a: str, b: str) -> bool:
     return a.rstrip("/") == b.rstrip("/")
 
@@ -399,6 +551,16 @@ def preflight(endpoint: str | None, model: str | None, *,
                 "CLAUDE_CODE_SUBAGENT_MODEL, which outranks saphan's pin, to another model "
                 f"than this run's ({model_pinned}); run with --model set to it or have the "
                 "file changed"
+            )
+        for name in sorted(str(n) for n in menv):
+            why = refused_variable(name)
+            if why is None or name in _MANAGED_PINNED or name in ENV_ALLOWED[:3]:
+                continue  # checked above; or it authenticates the slot's endpoint
+            raise UserError(
+                f"the machine's managed Claude Code settings {path} set {name}, which "
+                f"outranks everything saphan pins and {why}: the record could not say where "
+                "the run's traffic went or what ran it. Have the file changed (it belongs to "
+                "the machine's administrator), or run Claude Code on another machine"
             )
 
 
@@ -449,6 +611,13 @@ class ClaudeAdapter(Adapter):
         and bound back read-only."""
         return os.path.join(os.path.dirname(os.path.abspath(self.instruction.prompt_path)),
                             SETTINGS_FILE)
+
+    def credential_refused(self, name: str) -> str | None:
+        """A class credential Claude Code reads itself (:func:`refused_variable`):
+        saphan pins where a run goes and what loads, and a class (which a
+        repository can supply) may not move it. :data:`ENV_ALLOWED` passes
+        anyway: a class naming it adds nothing."""
+        return None if name in ENV_ALLOWED else refused_variable(name)
 
     def env_allowed(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((*ENV_ALLOWED, *super().env_allowed())))
@@ -572,9 +741,58 @@ class ClaudeAdapter(Adapter):
                                     "is_error": result.get("is_error")}
         return out
 
+    def after_exit(self, stdout_path: str, exit_code: int) -> dict[str, Any]:
+        """:meth:`after_run`, held against how Claude Code ended, and the
+        digest of the session's transcript (``--resume`` compares it)."""
+        out = self.after_run(stdout_path)
+        result = out.get("claude_result")
+        if result is not None:
+            result["exit_code"] = exit_code
+            if _by_signal(exit_code):
+                # Claude Code prints its result event as it ends; a command of
+                # the run can write one to its output and kill it (measured).
+                result["ignored"] = True
+                out["usage"] = None
+                out["notes"] = [
+                    f"Claude Code was ended by a signal ({_status_text(exit_code)}), so the "
+                    "`result` event in its output is not its own account: a command of the "
+                    "run could have written it. Neither the outcome nor the usage is taken "
+                    "from it (usage: none recorded)"]
+        from saphan.errors import PlantedLink
+
+        path = transcript_path(self.instruction.workdir, self.session_id)
+        try:
+            out["claude_transcript"] = {"path": path, "sha256": transcript_sha256(path)}
+        except (OSError, ValueError, PlantedLink) as e:  # a link, a FIFO, too large, none
+            out["claude_transcript"] = {"path": path, "sha256": None,
+                                        "unreadable": str(e) or type(e).__name__}
+        return out
+
     def outcome(self, facts: dict[str, Any]) -> str | None:
+        """``turn-budget-exhausted`` when a turn budget was composed and
+        Claude Code itself exited 1 with an ``error_max_turns`` result."""
         result = facts.get("claude_result") or {}
-        return "turn-budget-exhausted" if result.get("subtype") == "error_max_turns" else None
+        if (self.max_turns is not None and result.get("subtype") == "error_max_turns"
+                and result.get("exit_code") == 1 and not result.get("ignored")):
+            return "turn-budget-exhausted"
+        return None
+
+
+def _by_signal(exit_code: int) -> bool:
+    """A status a signal gives: negative (Python's) or 128 + N (the engine's
+    launcher and reaper, as a shell says it)."""
+    return exit_code < 0 or 128 < exit_code <= 128 + 64
+
+
+def _status_text(exit_code: int) -> str:
+    import signal
+
+    number = -exit_code if exit_code < 0 else exit_code - 128
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    return name if exit_code < 0 else f"status {exit_code}: 128 + {number}, {name}"
 
 
 def _last_result(path: str) -> dict[str, Any] | None:

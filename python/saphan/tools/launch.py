@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from saphan.errors import UserError
 from saphan.tools import binaries, claude, permission_class
@@ -90,6 +90,8 @@ def prepare(
                 "are not set in saphan's environment; export them (the engine passes them to "
                 "the agent at launch and records only their names)"
             )
+    if tool == "claude":  # a run must not write the next one's configuration
+        claude.refuse_config_home_in(wd)
     resume = _resume(ctx, tool, request.resume, wd) if request.resume else None
     if tool == "loop":
         from saphan.loop.adapter import interpreter
@@ -112,8 +114,10 @@ def prepare(
 
         check_endpoint(endpoint)  # again at run time: the store's row is not signed
     if tool == "claude":
-        return ClaudeAdapter(binary, instruction, confinement, run_id, max_seconds=limit,
-                             max_turns=max_turns, endpoint=endpoint)
+        cl = ClaudeAdapter(binary, instruction, confinement, run_id, max_seconds=limit,
+                           max_turns=max_turns, endpoint=endpoint)
+        _refuse_credentials(cl)
+        return cl
     if tool == "codex":
         return CodexAdapter(binary, instruction, confinement, run_id,
                             provider=_codex_provider(ctx, endpoint), max_seconds=limit)
@@ -130,6 +134,21 @@ def prepare(
             max_seconds=max_seconds or DEFAULT_MAX_SECONDS,
         )
     raise UserError(f"tool {tool!r} has no adapter in this build")
+
+
+def _refuse_credentials(adapter: Adapter) -> None:
+    """A permission class's credential the tool itself reads (it reaches the
+    tool's process, outside any sandbox of the tool's) is refused before the seat."""
+    pc = adapter.instruction.permission_class
+    if pc is None:
+        return
+    for name in pc.credentials:
+        why = adapter.credential_refused(name)
+        if why is not None:
+            raise UserError(
+                f"permission class {pc.source} names credential "
+                f"{name}, which {adapter.tool} reads itself: {why}; remove {name} from the "
+                "class's credentials")
 
 
 def _lane(ctx: Context, request: Request) -> tuple[Lane, dict[str, bytes], tuple[str, ...],
@@ -174,7 +193,41 @@ def _resume(ctx: Context, tool: str, run_ref: str, workdir: str) -> Resume:
     if was != workdir:
         raise UserError(f"--resume {run_ref}: run {previous['id']} worked in {was}; resume it "
                         f"in the same working directory (--workdir {was})")
+    if tool == "claude":
+        _check_claude_session(str(previous["id"]), run_ref, str(session), previous, workdir)
     return Resume(run_id=str(previous["id"]), session_id=str(session))
+
+
+def _check_claude_session(run_id: str, run_ref: str, session: str, previous: dict[str, Any],
+                          workdir: str) -> None:
+    """The recorded Claude Code session is a UUID (it names a directory
+    saphan creates and grants, ``session-env/<id>``), and its transcript is
+    the one that run left: the session leaf is shared by every run in the
+    working directory, so another run could have rewritten it."""
+    if not claude.is_uuid(session):
+        raise UserError(f"--resume {run_ref}: run {run_id} recorded the Claude Code session "
+                        f"{session!r}, which is not a UUID (Claude Code names its sessions by "
+                        "UUID), so it is not resumed; start a new run")
+    recorded = (previous.get("claude_transcript") or {}).get("sha256")
+    if not isinstance(recorded, str) or not recorded:
+        raise UserError(f"--resume {run_ref}: run {run_id} recorded no digest of its Claude "
+                        "Code transcript, so saphan cannot tell that the history it would send "
+                        "is the one that run left; start a new run")
+    from saphan.errors import PlantedLink
+
+    path = claude.transcript_path(workdir, session)
+    try:
+        now = claude.transcript_sha256(path)
+    except (OSError, ValueError, PlantedLink) as e:
+        raise UserError(f"--resume {run_ref}: run {run_id}'s Claude Code transcript {path} "
+                        f"cannot be read ({e}); start a new run") from None
+    if now != recorded:
+        raise UserError(
+            f"--resume {run_ref}: run {run_id}'s Claude Code transcript {path} has SHA-256 "
+            f"{now}, and the run recorded {recorded} when it ended: it changed since. Another "
+            "run in the same working directory could have written it (the session directory "
+            "is shared by every run there). If a later run resumed this session, resume that "
+            "run instead; otherwise start a new run")
 
 
 def _codex_provider(ctx: Context, endpoint: str | None) -> Provider | None:
