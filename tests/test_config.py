@@ -3,6 +3,7 @@ run.confinement is checked by every run (a refusal), not by load."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -172,8 +173,10 @@ def test_check_turns_the_confinement_refusal_into_a_bad_input(tmp_path: Path) ->
 
 def test_effective_masks_passwords_and_names_each_source(tmp_path: Path) -> None:
     path = _write(tmp_path, '[database]\nurl = "postgresql://u:pw@h/d?password=pw2"\n'
-                            '[codex]\nbase_url = "http://k:secret@127.0.0.1:9/v1"\n')
-    got = effective(load(path), workspace=tmp_path, key_path=tmp_path / "record.key",
+                            '[codex]\nbase_url = "http://127.0.0.1:9/v1"\n')
+    # load refuses credentials in codex.base_url; effective masks them anyway
+    cfg = replace(load(path), codex_base_url="http://k:secret@127.0.0.1:9/v1")
+    got = effective(cfg, workspace=tmp_path, key_path=tmp_path / "record.key",
                     sqlite_path=tmp_path / "saphan.db")
     assert ":pw@" not in str(got) and "pw2" not in str(got) and "secret" not in str(got)
     # libpq reads one password (the query's wins): shown once, masked
@@ -223,8 +226,30 @@ def test_effective_masks_a_token_in_the_codex_endpoint(tmp_path: Path) -> None:
     """codex.base_url is no store URL (libpq would not parse it): its own
     masking keeps the endpoint readable, its userinfo password and query
     values hidden."""
-    path = _write(tmp_path, '[codex]\nbase_url = "http://k:s3cretA@127.0.0.1:9/v1?key=s3cretB"\n')
-    got = effective(load(path), workspace=tmp_path, key_path=tmp_path / "record.key",
+    cfg = replace(load(_write(tmp_path, "")),
+                  codex_base_url="http://k:s3cretA@127.0.0.1:9/v1?key=s3cretB")
+    got = effective(cfg, workspace=tmp_path, key_path=tmp_path / "record.key",
                     sqlite_path=tmp_path / "saphan.db")
     rows = {r["key"]: r["value"] for r in got["settings"]}
     assert rows["codex.base_url"] == "http://k:***@127.0.0.1:9/v1?key=***"
+
+
+@pytest.mark.parametrize(("url", "needle"), [
+    ("http://user:secretpw@evil.example/v1?q=1", "is not an http(s) URL"),
+    ("http://user:secretpw@127.0.0.1:9/v1", "carries credentials in the URL"),
+    ("http://evil.example/v1", "plain http to evil.example"),
+    ("ftp://h/v1", "is not an http(s) URL"),
+])
+def test_the_codex_endpoint_is_checked_on_load_its_password_masked(
+    tmp_path: Path, url: str, needle: str,
+) -> None:
+    """codex.base_url goes through the slots' endpoint check when the file is
+    read (`config check` and every run): before, a URL with a password (which
+    then reached the record) or a query passed."""
+    path = _write(tmp_path, f'[codex]\nbase_url = "{url}"\n')
+    with pytest.raises(UserError) as info:
+        load(path)
+    message = str(info.value)
+    assert needle in message and f"{path}: codex.base_url" in message, message
+    assert "secretpw" not in message and "--endpoint" not in message, message
+    assert load(_write(tmp_path, '[codex]\nbase_url = "https://api.example/v1"\n'))

@@ -114,6 +114,11 @@ def load(path: Path) -> Config:
         raise UserError(f"{path}: database.write_retry_seconds is {retry}; give 0..3600 "
                         "seconds; fix: write_retry_seconds = 30 under [database], or remove "
                         "it for the default")
+    codex_url = data.get("codex", {}).get("base_url")
+    if codex_url is not None:
+        from saphan.tools.codex import check_endpoint_masked
+
+        check_endpoint_masked(codex_url, f"{path}: codex.base_url")
     ssh = data.get("ssh", {})
     for key in ("connect_timeout", "command_timeout"):
         if key in ssh and ssh[key] < 1:

@@ -63,6 +63,7 @@ def test_composed_argv_whole_vector(tmp_path: Path) -> None:
         "-c", "agents.enabled=false",
         "-c", "features.multi_agent=false",
         "-c", "features.multi_agent_v2=false",
+        "-c", "notify=[]",
         # K is the pinned provider's key: the class naming it does not hand it
         # to the commands
         "-c", 'shell_environment_policy={ inherit = "all", ignore_default_excludes = true, '
@@ -107,7 +108,7 @@ def test_the_guard_holds_codex_to_every_pin(tmp_path: Path) -> None:
 
     for key in ("model", "model_provider", "openai_base_url", "projects", "agents.enabled",
                 "features.multi_agent", "features.multi_agent_v2",
-                "shell_environment_policy"):
+                "shell_environment_policy", "notify"):
         i = at(key)
         with pytest.raises(Refusal) as e:
             cx.guard([*argv[:i - 1], *argv[i + 1:]])
@@ -119,6 +120,7 @@ def test_the_guard_holds_codex_to_every_pin(tmp_path: Path) -> None:
         "agents.enabled": "agents.enabled=true",
         "features.multi_agent_v2": "features.multi_agent_v2=true",
         "model_provider": 'model_provider="mine"',
+        "notify": 'notify=["/bin/sh", "-c", "id"]',
         "shell_environment_policy": 'shell_environment_policy={ inherit = "all", '
             'ignore_default_excludes = true, exclude = ["OPENAI_API_KEY", "CODEX_API_KEY"], '
             'include_only = ["*"], experimental_use_profile = false }',
@@ -367,7 +369,7 @@ def test_codex_end_to_end_through_saphan_run(
     assert any(p.startswith('permissions.saphan-') for p in enforced["pinned_settings"])
     assert 'approval_policy="never"' in enforced["pinned_settings"]
     assert 'model="scripted-model"' in enforced["pinned_settings"]
-    assert "its hooks" in enforced["not_restricted"] and "all reads" in enforced["not_restricted"]
+    assert "hooks" in enforced["not_restricted"] and "all reads" in enforced["not_restricted"]
     assert rec["agent"]["version"] == "codex-cli 0.169.0" and len(rec["agent"]["sha256"]) == 64
     assert rec["agent_session"]["id"]
     assert srv.requests[0]["model"] == "scripted-model"
@@ -686,3 +688,181 @@ def test_codex_commands_get_neither_the_provider_key_nor_a_stray_secret(
         assert secret not in seen, (secret, seen)
     rec = json.loads(r.out)
     assert "SAPHAN_TEST_KEY" in rec["environment"]["passed"]
+
+
+# -- programs outside Codex's sandbox; CODEX_HOME; credentials; the endpoint ------------
+
+def test_the_users_mcp_servers_are_pinned_off_and_the_guard_holds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every [mcp_servers] entry of $CODEX_HOME/config.toml is pinned off on
+    the line (Codex starts them outside its sandbox); the guard reads the
+    file again and refuses a line that leaves one on; a name a -c key cannot
+    spell is refused before the seat, naming the entry and the fix."""
+    home = tmp_path / "ch"
+    home.mkdir()
+    monkeypatch.setenv("CODEX_HOME", str(home))
+    (home / "config.toml").write_text(
+        '[mcp_servers.docs]\ncommand = "sh"\n[mcp_servers.my-srv_2]\ncommand = "sh"\n')
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    policy = derive(str(wd))
+    cx = _adapter(wd).checked()
+    assert cx.mcp_servers == ("docs", "my-srv_2")
+    argv = cx.argv(policy)
+    pinned = [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
+    assert "notify=[]" in pinned
+    assert "mcp_servers.docs.enabled=false" in pinned
+    assert "mcp_servers.my-srv_2.enabled=false" in pinned
+    cx.guard(argv)
+    i = argv.index("mcp_servers.docs.enabled=false")
+    with pytest.raises(Refusal) as e:
+        cx.guard([*argv[:i - 1], *argv[i + 1:]])
+    assert "mcp_servers.docs.enabled" in str(e.value)
+    with pytest.raises(Refusal):
+        cx.guard([*argv[:i], "mcp_servers.docs.enabled=true", *argv[i + 1:]])
+    # an adapter that never read the file (not checked()) is held by the guard
+    with pytest.raises(Refusal):
+        _adapter(wd).guard(_adapter(wd).argv(policy))
+    for name in ('"a.b"', '"q\\"x"', '"sp ace"', '"ünï"'):
+        (home / "config.toml").write_text(f'[mcp_servers.{name}]\ncommand = "sh"\n')
+        with pytest.raises(UserError, match=r"cannot be pinned; rename the server"):
+            _adapter(wd).checked()
+    (home / "config.toml").write_text("notify = [\n")
+    with pytest.raises(UserError, match="not valid TOML"):
+        _adapter(wd).checked()
+
+
+def test_a_codex_home_the_run_could_write_is_refused(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """CODEX_HOME inside the working directory (or another writable
+    directory), or holding one, is refused: a run could plant the next run's
+    config. Through a symbolic link too (resolved)."""
+    wd = tmp_path / "wd"
+    (wd / "ch").mkdir(parents=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "link").symlink_to(wd / "ch")
+    for home, writable in ((wd / "ch", ()), (tmp_path / "link", ()), (wd, ()),
+                           (tmp_path, ()), (out, (str(out),))):
+        monkeypatch.setenv("CODEX_HOME", str(home))
+        with pytest.raises(UserError, match="CODEX_HOME resolves to"):
+            _adapter(wd).checked(writable)
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "elsewhere"))
+    _adapter(wd).checked((str(out),))
+    # the derived policy is checked again when the boundary is composed
+    monkeypatch.setenv("CODEX_HOME", str(out))
+    with pytest.raises(Refusal):
+        _adapter(wd).vendor_boundary(derive(str(wd), return_path=str(out)))
+
+
+@pytest.mark.parametrize("name", [
+    "CODEX_EXEC_SERVER_URL", "CODEX_HOME", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "HTTPS_PROXY",
+    "https_proxy", "All_Proxy", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "LD_PRELOAD", "LD_LIBRARY_PATH", "PATH",
+    "PYTHONPATH", "RUST_LOG", "BASH_ENV", "HOME", "SHELL"])
+def test_credentials_codex_reads_itself_are_refused(tmp_path: Path, name: str) -> None:
+    assert _adapter(tmp_path).credential_refused(name)
+
+
+@pytest.mark.parametrize("name", ["GH_TOKEN", "NPM_TOKEN", "AWS_ACCESS_KEY_ID",
+                                  "RUST_BACKTRACE", "MY_CODEX"])
+def test_other_credentials_pass(tmp_path: Path, name: str) -> None:
+    assert _adapter(tmp_path).credential_refused(name) is None
+
+
+def test_a_provider_url_with_credentials_is_refused_masked() -> None:
+    """The endpoint is checked wherever the provider comes from (the
+    workspace's [codex] table too), the password never printed."""
+    for url in ("http://user:secretpw@127.0.0.1:9/v1", "http://user:secretpw@evil.example/v1?q=1",
+                "http://evil.example/v1"):
+        with pytest.raises(UserError) as e:
+            codex.Provider(url, "K")
+        assert "secretpw" not in str(e.value)
+    codex.Provider("https://api.example/v1", "K")
+
+
+@pytest.mark.slow
+def test_notify_and_the_users_mcp_servers_never_start(
+    saphan_sqlite: Saphan, codex_bin: str, codex_home: str, tmp_path: Path,
+) -> None:
+    """The user's config names a notify program (run after every turn) and an
+    MCP server, both outside Codex's sandbox. Measured before: both ran, and
+    notify could read saphan's record key through $SAPHAN_RETURN_PATH. saphan
+    pins notify=[] and mcp_servers.<name>.enabled=false: neither starts."""
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    notified, started = tmp_path / "notified", tmp_path / "mcp-started"
+    _user_config(codex_home,
+                 f'notify = ["/bin/sh", "-c", "cat \\"$SAPHAN_RETURN_PATH/../../../record.key\\" '
+                 f'> {notified}; echo ran >> {notified}", "x"]\n'
+                 f'[mcp_servers.m]\ncommand = "/bin/sh"\n'
+                 f'args = ["-c", "echo started > {started}; sleep 2"]\n')
+    s = saphan_sqlite
+    with ResponsesServer([("shell", "echo hi"), ("text", "done")]) as srv:
+        _codex_slot(s, srv.base_url)
+        env = s.env(CODEX_HOME=codex_home, HOME=str(home), SAPHAN_TEST_KEY="sk-test",
+                    SAPHAN_CODEX_BIN=codex_bin)
+        r = s("run", "--machine", "here", "--slot", "cx", "--workdir", str(wd), "--prompt",
+              "hi", "--model", "scripted-model", "--json", env=env, timeout=180)
+    assert r.code == 0, r.err
+    assert not notified.exists(), notified.read_bytes()[:64]
+    assert not started.exists(), "the user's MCP server ran"
+    rec = json.loads(r.out)
+    assert "notify=[]" in rec["enforced_by"]["pinned_settings"]
+    assert "mcp_servers.m.enabled=false" in rec["enforced_by"]["pinned_settings"]
+    assert "record key" in rec["enforced_by"]["not_restricted"]
+
+
+@pytest.mark.slow
+def test_a_codex_home_inside_the_workdir_is_refused_before_the_seat(
+    saphan_sqlite: Saphan, codex_bin: str, codex_home: str, tmp_path: Path,
+) -> None:
+    """Measured before: with CODEX_HOME=<workdir>/state, the first run's
+    command appended a notify program to its config.toml and the second
+    run's codex process ran it outside the sandbox. Refused now (exit 2, no
+    request, no seat)."""
+    wd = Path(codex_home) / "proj"
+    state = wd / "state"
+    state.mkdir(parents=True)
+    home = tmp_path / "home"
+    home.mkdir()
+    s = saphan_sqlite
+    with ResponsesServer([("shell", "echo planted"), ("text", "done")]) as srv:
+        _codex_slot(s, srv.base_url)
+        env = s.env(CODEX_HOME=str(state), HOME=str(home), SAPHAN_TEST_KEY="sk-test",
+                    SAPHAN_CODEX_BIN=codex_bin)
+        r = s("run", "--machine", "here", "--slot", "cx", "--workdir", str(wd), "--prompt",
+              "hi", "--model", "scripted-model", "--json", env=env, timeout=180)
+        assert not srv.requests
+    assert r.code == 2, (r.code, r.err)
+    assert "CODEX_HOME resolves to" in r.err and "outside the working directory" in r.err
+
+
+@pytest.mark.slow
+def test_a_class_credential_codex_reads_itself_is_refused(
+    saphan_sqlite: Saphan, codex_bin: str, codex_home: str, tmp_path: Path,
+) -> None:
+    """Measured before: a class naming CODEX_EXEC_SERVER_URL sent Codex's
+    command execution to an executor of its choosing. Refused before the
+    seat, naming the variable and why."""
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    pc = tmp_path / "class.json"
+    pc.write_text(json.dumps({"schema": 1, "name": "c", "commands": ["sh"], "write_scope": [],
+                              "network": "off", "credentials": ["CODEX_EXEC_SERVER_URL"]}))
+    s = saphan_sqlite
+    with ResponsesServer([("shell", "echo hi"), ("text", "done")]) as srv:
+        _codex_slot(s, srv.base_url)
+        env = s.env(CODEX_HOME=codex_home, HOME=str(home), SAPHAN_TEST_KEY="sk-test",
+                    CODEX_EXEC_SERVER_URL="ws://127.0.0.1:9", SAPHAN_CODEX_BIN=codex_bin)
+        r = s("run", "--machine", "here", "--slot", "cx", "--workdir", str(wd), "--prompt",
+              "hi", "--model", "scripted-model", "--permission-class", str(pc), "--json",
+              env=env, timeout=180)
+        assert not srv.requests
+    assert r.code == 2, (r.code, r.err)
+    assert "CODEX_EXEC_SERVER_URL" in r.err and "executor" in r.err

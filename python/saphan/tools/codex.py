@@ -96,8 +96,41 @@ tests/tools/test_codex.py plants each config and runs it for real):
   ``filters`` did not widen the pinned lists. Codex adds its own ``CODEX_*``
   names, and its login shell (``bash -lc``) runs the user's profile.
 
+- ``notify = []``: the user's ``notify`` program ran after every turn
+  outside Codex's sandbox, with the run's environment (it read saphan's record
+  key through ``$SAPHAN_RETURN_PATH/../../../record.key``); pinned empty, it
+  does not run.
+- ``mcp_servers.<name>.enabled = false`` for every ``[mcp_servers.<name>]``
+  of ``$CODEX_HOME/config.toml`` (:func:`configured_mcp_servers`, read with
+  tomllib before the seat; the guard reads it again right before launch): the
+  user's MCP servers started outside the sandbox; pinned off, they do not. A
+  name a ``-c`` key cannot spell (outside ``[A-Za-z0-9_-]``: Codex splits the
+  key at every dot) is refused before the seat, naming the entry. Only that
+  file is read (not ``/etc/codex/config.toml``, not ``[profiles.*]``).
+- Hooks (``hooks.json``, ``[hooks]``, ``features.codex_hooks``) are not
+  pinned: a command hook from either place, feature on, did not run in
+  ``codex exec`` (Codex: "hooks need review before they can run" — a review
+  in the interactive TUI, whose stored trust was not measured).
+
 The guard holds the line to these: :data:`ALLOWED_SETTINGS` validates each
-value's shape, :data:`REQUIRED_SETTINGS` must all be present.
+value's shape, :data:`REQUIRED_SETTINGS` must all be present, and every MCP
+server of the user's config must be pinned off.
+
+Before the seat (:meth:`CodexAdapter.checked`, from tools/launch.py): a
+``CODEX_HOME`` (resolved) inside the working directory or another directory
+the run may write, or around one, is refused — measured: with
+``CODEX_HOME=<workdir>/state`` a run planted ``notify`` in its config.toml
+and the next run's codex process ran it outside the sandbox; checked again
+against the derived policy's writable directories when the boundary is
+composed. A permission class's credentials reach the codex process itself,
+so :meth:`CodexAdapter.credential_refused` names those Codex or its libraries
+read (``CODEX_*`` — ``CODEX_EXEC_SERVER_URL`` sent command execution to an
+executor of the class's choosing, measured —, ``OPENAI_*``, proxy and CA
+variables, ``RUST_LOG``, loader variables, ``PATH``-likes); tools/launch.py
+refuses the run. The provider's ``base_url`` goes through
+:func:`saphan.fleet.slots.check_endpoint` when a :class:`Provider` is built
+(and when the workspace config is read): no credentials in it (they reached
+the record), no query, plain http only to loopback.
 
 The environment (:meth:`CodexAdapter.env_allowed`, on top of
 confine/environment.py's base and the permission class's credentials):
@@ -125,7 +158,9 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from saphan.errors import UserError
@@ -139,11 +174,14 @@ if TYPE_CHECKING:
 
 NOT_RESTRICTED = (
     "Codex's own sandbox confines only the commands the model runs. Outside it: the codex "
-    "process itself (it writes its own state under CODEX_HOME), its helper services (MCP "
-    "servers, the code-mode host) and its hooks, which can write wherever this user can; all "
-    "reads (everything this user can read, except the read denials listed); and Codex's own "
-    "traffic to its model provider. On a kernel without the facilities Codex needs, its "
-    "behaviour is not documented and not measured here"
+    "process itself (it writes its own state under CODEX_HOME), its helper programs (MCP "
+    "servers, the notify program, the code-mode host, hooks), which can read what this user "
+    "can read (saphan's record key included) and write wherever this user can; saphan pins "
+    "notify off and every MCP server of the user's config.toml off, and refuses a CODEX_HOME "
+    "the run could write; all reads of the codex process (everything this user can read, "
+    "except the read denials listed); and Codex's own traffic to its model provider. On a "
+    "kernel without the facilities Codex needs, its behaviour is not documented and not "
+    "measured here"
 )
 
 #: What codex-cli 0.169.0 requests when no model is named — with the built-in
@@ -168,6 +206,116 @@ class Provider:
     env_key: str
     wire_api: str = "responses"
     name: str = "saphan"
+
+    def __post_init__(self) -> None:
+        # Again wherever it comes from (a slot's row or the workspace's
+        # [codex] table): no credentials, no query, plain http only to loopback.
+        check_endpoint_masked(self.base_url, "the Codex provider's base_url")
+
+
+def check_endpoint_masked(url: str, what: str) -> str:
+    """:func:`saphan.fleet.slots.check_endpoint`, its refusal naming ``what``
+    and the URL with its password and query values masked."""
+    from saphan.config import _redact_endpoint as redact_endpoint
+    from saphan.fleet.slots import check_endpoint
+
+    try:
+        return check_endpoint(url)
+    except UserError as e:
+        shown = redact_endpoint(url)
+        why = str(e).replace(repr(url), repr(shown)).replace(url, shown)
+        raise UserError(why.replace("--endpoint", what, 1)) from None
+
+
+def codex_home() -> str:
+    """The CODEX_HOME the run uses (saphan passes its own on)."""
+    return os.environ.get("CODEX_HOME") or os.path.expanduser("~/.codex")
+
+
+#: An MCP server name saphan can pin off with ``-c mcp_servers.NAME.enabled``
+#: (Codex splits a -c key at every dot, quotes or not: measured).
+_MCP_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def configured_mcp_servers(home: str | None = None) -> tuple[str, ...]:
+    """The ``[mcp_servers]`` names of ``$CODEX_HOME/config.toml`` (the
+    operator's file), each pinned off on the command line: Codex starts an
+    MCP server outside its sandbox (measured with 0.169.0). A name a ``-c`` key
+    cannot spell is refused (UserError), as is a file Codex could not parse."""
+    path = os.path.join(home or codex_home(), "config.toml")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return ()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read Codex's config ({e.strerror}); saphan reads it "
+                        "to pin its MCP servers off; make it readable or remove it") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise UserError(f"{path}: Codex's config is not valid TOML ({e}); saphan reads it to "
+                        "pin its MCP servers off; fix the file") from None
+    servers = data.get("mcp_servers", {})
+    if not isinstance(servers, dict):
+        raise UserError(f"{path}: mcp_servers is not a table; fix the file")
+    for name in servers:
+        if not _MCP_NAME.fullmatch(name):
+            raise UserError(
+                f"{path}: [mcp_servers.{toml_str(name)}]: Codex starts an MCP server outside "
+                "its sandbox, so saphan pins every one off on the command line "
+                "(-c mcp_servers.NAME.enabled=false), and Codex splits that key at every dot "
+                f"(quotes or not), so the name {name!r} cannot be pinned; rename the server "
+                "(letters, digits, _ and - only) or remove it from that file")
+    return tuple(servers)
+
+
+def _within(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def check_home_apart(home: str, writable: Sequence[str]) -> None:
+    """Refuse (UserError) a CODEX_HOME (resolved) inside a directory the run
+    may write, or holding one: a run could plant its ``config.toml``
+    (``notify``, ``[mcp_servers]``, ``rules``) for the next run, whose codex
+    process obeys it outside the sandbox (measured with 0.169.0)."""
+    for d in writable:
+        real = os.path.realpath(d)
+        if _within(home, real) or _within(real, home):
+            raise UserError(
+                f"CODEX_HOME resolves to {home}, {'inside' if _within(home, real) else 'around'} "
+                f"{real}, which this run may write: the run could change Codex's config for the "
+                "next run (a notify program or an MCP server runs outside Codex's sandbox); set "
+                "CODEX_HOME to a directory outside the working directory (e.g. ~/.codex)")
+
+
+#: Environment names a permission class may not hand a Codex run as
+#: credentials (each reaches the codex process itself), with why.
+_REFUSED_CREDENTIALS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"CODEX_.*"), "Codex reads CODEX_* variables itself (CODEX_HOME chooses its "
+                              "config; CODEX_EXEC_SERVER_URL sent every command to another "
+                              "executor, measured)"),
+    (re.compile(r"OPENAI_.*"), "Codex's provider reads OPENAI_* variables (key, endpoint, "
+                               "organisation)"),
+    (re.compile(r"(?i)(http|https|all|no|ftp)_proxy"),
+     "a proxy variable reroutes Codex's own traffic (key and prompts)"),
+    (re.compile(r"SSL_CERT_FILE|SSL_CERT_DIR|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|"
+                r"NODE_EXTRA_CA_CERTS"),
+     "a CA variable makes Codex trust another certificate authority (a man in the middle "
+     "reads its traffic)"),
+    (re.compile(r"RUST_LOG"), "RUST_LOG turns on Codex's tracing, which writes its requests "
+                              "to its logs"),
+    (re.compile(r"LD_.*|DYLD_.*"), "a dynamic loader variable loads code into the programs "
+                                   "Codex starts"),
+    (re.compile(r"PATH|HOME|SHELL|TMPDIR|BASH_ENV|ENV|ZDOTDIR|[A-Z0-9_]*PATH"),
+     "it chooses which programs, files or state Codex and its sandbox helper use"),
+)
+
+
+def credential_refused(name: str) -> str | None:
+    """Why ``name`` may not be a permission class's credential for a Codex
+    run, or None."""
+    return next((why for p, why in _REFUSED_CREDENTIALS if p.fullmatch(name)), None)
 
 
 def toml_str(value: str) -> str:
@@ -243,6 +391,7 @@ def settings(
     network: str = "off",
     provider: Provider | None = None,
     credentials: tuple[str, ...] = (),
+    mcp_servers: Sequence[str] = (),
 ) -> list[tuple[str, str]]:
     """Every pinned setting as (key, TOML value), in command-line order."""
     name = profile_name(run_id)
@@ -272,6 +421,10 @@ def settings(
     out.append(("agents.enabled", "false"))
     out.append(("features.multi_agent", "false"))
     out.append(("features.multi_agent_v2", "false"))
+    # Programs Codex starts outside its sandbox (measured): the notify program
+    # after every turn, the user's MCP servers at start.
+    out.append(("notify", "[]"))
+    out.extend((f"mcp_servers.{n}.enabled", "false") for n in mcp_servers)
     exclude = ", ".join(toml_str(k) for k in provider_keys(provider))
     include = ", ".join(toml_str(n) for n in command_env(policy, credentials, provider))
     out.append(("shell_environment_policy",
@@ -290,12 +443,14 @@ def compose_argv(
     provider: Provider | None = None,
     credentials: tuple[str, ...] = (),
     resume_session: str | None = None,
+    mcp_servers: Sequence[str] = (),
 ) -> list[str]:
     """Codex's command line (pure). The prompt goes on stdin (``-``)."""
     argv = [binary, "exec", "--strict-config", "--json", "--skip-git-repo-check",
             "-C", policy.workdir]
     for key, value in settings(policy, run_id=run_id, model=model, network=network,
-                               provider=provider, credentials=credentials):
+                               provider=provider, credentials=credentials,
+                               mcp_servers=mcp_servers):
         argv += ["-c", f"{key}={value}"]
     if resume_session is not None:
         argv += ["resume", resume_session]
@@ -381,6 +536,10 @@ def _is_false(value: Any) -> bool:
     return value is False
 
 
+def _is_empty_list(value: Any) -> bool:
+    return value == [] and isinstance(value, list)
+
+
 #: The config keys :func:`settings` pins, as (key pattern, value validator).
 ALLOWED_SETTINGS: tuple[tuple[re.Pattern[str], Any], ...] = (
     (re.compile(r"default_permissions"), _is_str(_PROFILE)),
@@ -395,6 +554,8 @@ ALLOWED_SETTINGS: tuple[tuple[re.Pattern[str], Any], ...] = (
     (re.compile(r"features\.multi_agent"), _is_false),
     (re.compile(r"features\.multi_agent_v2"), _is_false),
     (re.compile(r"shell_environment_policy"), _shell_policy),
+    (re.compile(r"notify"), _is_empty_list),
+    (re.compile(r"mcp_servers\.[A-Za-z0-9_-]+\.enabled"), _is_false),
 )
 
 #: The keys every composed line pins (the guard refuses a line without one):
@@ -403,7 +564,7 @@ ALLOWED_SETTINGS: tuple[tuple[re.Pattern[str], Any], ...] = (
 REQUIRED_SETTINGS: frozenset[str] = frozenset({
     "default_permissions", "approval_policy", "model", "model_provider", "openai_base_url",
     "projects", "agents.enabled", "features.multi_agent", "features.multi_agent_v2",
-    "shell_environment_policy",
+    "shell_environment_policy", "notify",
 })
 
 
@@ -495,6 +656,8 @@ class CodexAdapter(Adapter):
     #: the engine's watchdog (seconds): at the limit the run's whole tree is
     #: ended (SIGTERM through the reaper, then SIGKILL): time-limit-killed
     max_seconds: int = DEFAULT_AGENT_MAX_SECONDS
+    #: the user's config's MCP servers, each pinned off (:meth:`checked`)
+    mcp_servers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         try:
@@ -514,6 +677,23 @@ class CodexAdapter(Adapter):
 
     def time_limit(self) -> float | None:
         return float(self.max_seconds)
+
+    def checked(self, writable: Sequence[str] = ()) -> CodexAdapter:
+        """Before the seat (tools/launch.py): the adapter with the user's MCP
+        servers to pin off — refused (UserError) when CODEX_HOME lies in what
+        the run may write (the working directory, ``writable``, its session
+        directories) or holds one of them: the run could plant the config
+        (``notify``, ``[mcp_servers]``, rules) that the next run's codex
+        process obeys outside its sandbox."""
+        home = os.path.realpath(codex_home())
+        check_home_apart(home, (self.instruction.workdir, *writable, *self.session_dirs()))
+        return replace(self, mcp_servers=configured_mcp_servers(home))
+
+    def credential_refused(self, name: str) -> str | None:
+        """Why a permission class may not name ``name`` as a credential for a
+        Codex run (its value would reach the codex process, outside its
+        sandbox), or None."""
+        return credential_refused(name)
 
     @property
     def model(self) -> str:
@@ -536,11 +716,21 @@ class CodexAdapter(Adapter):
 
     def _settings(self, policy: Policy) -> list[tuple[str, str]]:
         return settings(policy, run_id=self.run_id, model=self.model, network=self.network,
-                        provider=self.provider, credentials=self.credentials)
+                        provider=self.provider, credentials=self.credentials,
+                        mcp_servers=self.mcp_servers)
 
     def vendor_boundary(self, policy: Policy) -> Boundary | None:
         from saphan.confine.compose import STATUS_FD, Boundary, reaper_prefix
 
+        # Again with the derived policy (a --repo run's git grants are known
+        # only now): a CODEX_HOME the run could write is never used.
+        try:
+            check_home_apart(os.path.realpath(codex_home()), policy.writable_dirs)
+        except UserError as e:
+            from saphan import refusals
+
+            raise refusals.workdir_unsafe(str(e), "set CODEX_HOME outside what the run may "
+                                                  "write (e.g. ~/.codex)") from None
         pinned = self._settings(policy)
         # Not a boundary around Codex (its own sandbox is the boundary): a
         # subreaper, so no helper Codex starts (its fs-helper daemon was seen
@@ -572,6 +762,7 @@ class CodexAdapter(Adapter):
             self.binary.path, policy, run_id=self.run_id, model=self.model,
             network=self.network, provider=self.provider, credentials=self.credentials,
             resume_session=resume.session_id if resume else None,
+            mcp_servers=self.mcp_servers,
         )
 
     def guard(self, final_argv: list[str], agent_at: int = 0) -> None:
@@ -586,7 +777,13 @@ class CodexAdapter(Adapter):
         agent = final_argv[agent_at:]
         pinned = dict(agent[i + 1].partition("=")[::2] for i in range(len(agent) - 1)
                       if agent[i] == "-c")
-        missing = sorted(REQUIRED_SETTINGS - set(pinned))
+        try:
+            servers = configured_mcp_servers()
+        except UserError as e:
+            raise refusals.bypass_token(str(e), "fix Codex's config.toml") from None
+        # every MCP server of the user's config, pinned off (read again now)
+        missing = sorted((REQUIRED_SETTINGS | {f"mcp_servers.{n}.enabled" for n in servers})
+                         - set(pinned))
         shell = toml_value(pinned.get("shell_environment_policy", "{}"))
         excluded = shell.get("exclude") if isinstance(shell, dict) else None
         keys = set(provider_keys(self.provider))
@@ -602,7 +799,7 @@ class CodexAdapter(Adapter):
         out = super().record(policy)
         out["model"] = self.model
         out["endpoint"] = self.provider.base_url if self.provider is not None else OPENAI_BASE_URL
-        out["codex_home"] = os.environ.get("CODEX_HOME") or os.path.expanduser("~/.codex")
+        out["codex_home"] = codex_home()
         return out
 
     def after_run(self, stdout_path: str) -> dict[str, Any]:

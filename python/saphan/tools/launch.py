@@ -119,8 +119,11 @@ def prepare(
         _refuse_credentials(cl)
         return cl
     if tool == "codex":
-        return CodexAdapter(binary, instruction, confinement, run_id,
-                            provider=_codex_provider(ctx, endpoint), max_seconds=limit)
+        cx = CodexAdapter(binary, instruction, confinement, run_id,
+                          provider=_codex_provider(ctx, endpoint),
+                          max_seconds=limit).checked((str(run_dir),))
+        _refuse_credentials(cx)
+        return cx
     if tool == "loop":
         from saphan.loop.adapter import DEFAULT_MAX_SECONDS, DEFAULT_MAX_TURNS, LoopAdapter
 
