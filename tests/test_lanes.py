@@ -250,7 +250,9 @@ def test_custody_lost_after_add_refuses_check_and_run(saphan_sqlite: Saphan,
               "--prompt", "task", "--json", timeout=60)
         received = len(srv.requests)
     _custody_refused(r, key, fix="chmod 0600")
-    assert r.out == ""
+    # --json: the refused run's record on stdout (issue 17: a program reads the refusal)
+    refused = json.loads(r.out)
+    assert refused["refusal"]["class"] == "custody-key-unsafe" and secret not in r.out
     assert "\nrun: " in r.err  # the refusal names the run it was recorded on
     assert secret not in r.err
     assert received == 0
@@ -261,6 +263,7 @@ def test_custody_lost_after_add_refuses_check_and_run(saphan_sqlite: Saphan,
     assert str(key) in rec["refusal"]["message"]
     assert rec["enforced_by"] is None
     assert r.err.strip().splitlines()[-1] == f"run: {rec['id']}"
+    assert refused["id"] == rec["id"]
     assert secret not in json.dumps(rec)
     key.chmod(0o600)  # custody restored: the check passes again
     s.ok("lane", "check")

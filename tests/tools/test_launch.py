@@ -407,6 +407,7 @@ def test_resume_refuses_another_tool_no_session_or_another_workdir(
 def test_resume_does_not_trust_a_record_that_does_not_verify(
         ctx: Context, wd: Path, agent_bins: dict[str, Path]) -> None:
     forged = _recorded_run(ctx, wd, session="someone-elses-session", key=os.urandom(32))
-    assert ctx.run_record(forged).signature == "invalid"
+    # signed under a key this workspace does not hold: foreign, never valid
+    assert ctx.run_record(forged).signature == "foreign"
     with pytest.raises(Exception):  # noqa: B017 - any refusal is right, a resume is not
         _prepare(ctx, "claude", Request(prompt="t", resume=forged), wd)
