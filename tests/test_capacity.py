@@ -40,6 +40,27 @@ def _reserve(store: Store, slot: Slot, holder: Holder | None = None) -> tuple[st
     return run_id, ordinal
 
 
+def test_a_checkpoint_that_raises_stops_the_wait_for_a_seat(database_url: str,
+                                                             tmp_path: Path) -> None:
+    """`run --wait`: a signal (run/pipeline's checkpoint raising) ends the
+    waiting after the pause it landed in, not at the end of --wait."""
+    store = _store(database_url, tmp_path)
+    one = _slot(store, 1)
+    _reserve(store, one)
+    calls: list[float] = []
+
+    def checkpoint() -> None:
+        calls.append(time.monotonic())
+        raise KeyboardInterrupt
+
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        reserve_seat(store, one, run_id=new_run_id(), tool="command", workdir=None,
+                     holder=current_holder(), wait=60, checkpoint=checkpoint)
+    assert len(calls) == 1 and time.monotonic() - t0 < 5
+    assert len(store.live_runs("m1", "s1")) == 1
+
+
 def test_ordinals_are_distinct_keys_and_none_means_one(database_url: str, tmp_path: Path) -> None:
     store = _store(database_url, tmp_path)
     three = _slot(store, 3)

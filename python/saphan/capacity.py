@@ -63,6 +63,7 @@ def reserve_seat(
     store: Store, slot: Slot, *, run_id: str, tool: str, workdir: str | None, holder: Holder,
     remote: RemoteCheck | None = None, record_key: KeySource | None = None,
     wait: float = 0.0, on_wait: Callable[[str], None] | None = None,
+    checkpoint: Callable[[], None] | None = None,
 ) -> int:
     """The ordinal this run holds, or the ``seat-full`` refusal.
 
@@ -71,7 +72,8 @@ def reserve_seat(
     the same reservation, the same run id — with a backoff of 0.25 s
     doubling to 4 s, until a seat is taken or the time is spent. Each try is
     one statement; nothing (no transaction, no lock) is held between tries.
-    ``on_wait`` is told once, when the waiting starts.
+    ``on_wait`` is told once, when the waiting starts; ``checkpoint`` is
+    called after each pause (it raises to stop the waiting: a signal).
     """
     args = dict(
         run_id=run_id, machine=slot.machine, slot=slot.name, capacity=slot.capacity,
@@ -87,7 +89,8 @@ def reserve_seat(
         return ordinal
     waited = ""
     if wait > 0:
-        ordinal = _wait_for_seat(store, slot, args, wait, remote, record_key, on_wait)
+        ordinal = _wait_for_seat(store, slot, args, wait, remote, record_key, on_wait,
+                                 checkpoint)
         if ordinal is not None:
             return ordinal
         tested, waited = {}, f"; waited {wait:g} s for a seat"
@@ -113,7 +116,7 @@ WAIT_FIRST, WAIT_MOST = 0.25, 4.0
 def _wait_for_seat(
     store: Store, slot: Slot, args: dict[str, object], wait: float,
     remote: RemoteCheck | None, record_key: KeySource | None,
-    on_wait: Callable[[str], None] | None,
+    on_wait: Callable[[str], None] | None, checkpoint: Callable[[], None] | None = None,
 ) -> int | None:
     """Try ``args``' reservation again until ``wait`` seconds are spent (reserve_seat)."""
     import time
@@ -125,6 +128,8 @@ def _wait_for_seat(
     delay = WAIT_FIRST
     while (left := deadline - time.monotonic()) > 0:
         time.sleep(min(delay, left))
+        if checkpoint is not None:
+            checkpoint()
         delay = min(delay * 2, WAIT_MOST)
         ordinal = store.reserve(**args)  # type: ignore[arg-type]
         if ordinal is None:

@@ -7,7 +7,7 @@
     TransportError   a machine could not be reached or spoken to (exit 1)
     StoreError       the database could not do what was asked
     RecordPending    a run's outcome is in its record file, not yet in the store
-    Interrupted      SIGINT/SIGTERM reached saphan while a run's child ran
+    Interrupted      SIGINT/SIGTERM/SIGHUP reached saphan while it drove a run
     NotGrantable     a path fails the grant rule (no link at any component)
     PlantedLink      saphan's own file operation met a link or odd file type
     ImportRefused    a --repo run's commits are not imported (why in the message)
@@ -61,8 +61,9 @@ class RecordPending(StoreError):
 
 
 class Interrupted(Exception):
-    def __init__(self, signum: int, exit_code: int | None):
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+    def __init__(self, signum: int, exit_code: int | None, when: str = ""):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}"
+                         + (f" {when}" if when else ""))
         self.signum = signum
         self.exit_code = exit_code
 

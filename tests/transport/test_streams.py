@@ -100,3 +100,58 @@ def test_a_terminal_that_went_away_does_not_stop_the_log(tmp_path: Path) -> None
     finally:
         signal.signal(signal.SIGPIPE, previous)
         term.close()
+
+
+# -- run_signals: the whole of a run's driving (review: lc_window) ----------------------
+
+def test_run_signals_before_the_child_stop_it_at_the_next_checkpoint() -> None:
+    import pytest
+
+    from saphan.errors import Interrupted
+    from saphan.transport import streams
+
+    before = {s: signal.getsignal(s) for s in streams.CAUGHT}
+    with streams.run_signals():
+        os.kill(os.getpid(), signal.SIGHUP)  # noted, not fatal
+        with pytest.raises(Interrupted) as e:
+            streams.launching()
+        assert (e.value.signum, e.value.exit_code) == (signal.SIGHUP, None)
+        assert "before its command started" in str(e.value)
+        os.kill(os.getpid(), signal.SIGTERM)  # the run is ending: noted only
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert streams.pending() == signal.SIGTERM
+    assert {s: signal.getsignal(s) for s in streams.CAUGHT} == before
+
+
+def test_run_signals_after_the_launch_go_to_the_transports_handler_or_wait() -> None:
+    from saphan.transport import streams
+
+    seen: list[int] = []
+    with streams.run_signals():
+        streams.launching()
+        os.kill(os.getpid(), signal.SIGINT)  # before the transport's handler
+        with catching(lambda signum, _f: seen.append(signum)):
+            assert seen == [signal.SIGINT]  # handed on (local: forwarded to the child)
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert seen == [signal.SIGINT, signal.SIGTERM]
+        assert streams.pending() is None
+        os.kill(os.getpid(), signal.SIGHUP)  # the child is over: waits for the record
+        assert streams.pending() == signal.SIGHUP
+    assert streams.pending() is None
+
+
+def test_run_signals_off_the_main_thread_installs_nothing() -> None:
+    from saphan.transport import streams
+
+    before = {s: signal.getsignal(s) for s in streams.CAUGHT}
+    during: list[object] = []
+
+    def work() -> None:
+        with streams.run_signals():
+            during.extend(signal.getsignal(s) for s in streams.CAUGHT)
+            streams.checkpoint()
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert during == list(before.values())

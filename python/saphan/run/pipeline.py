@@ -19,11 +19,12 @@ only before the seat, and writes nothing.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from saphan import __version__
-from saphan.errors import UserError
+from saphan.errors import Interrupted, UserError
 from saphan.ids import new_run_id
 from saphan.refusals import Refusal
 from saphan.run import record as recorder
@@ -149,27 +150,52 @@ def dispatch(ctx: Context, site: Site, base: dict[str, Any], holder: Holder, *,
     except Refusal as refusal:
         recorder.refused(ctx, base, base["tool"], holder, refusal)
         raise
-    # The slot as cast (the site holds it: its pin is what is enforced), never
-    # read again between here and the reservation.
-    base["session_ordinal"] = reserve(ctx, site.slot, base, site.workdir, holder,
-                                      remote=site.liveness(), wait=wait)
-    return execute(ctx, site, base)
+    from saphan.transport import streams
+
+    # From the reservation to the record (and a --repo run's import), a
+    # signal is never fatal (transport/streams.run_signals): before the child
+    # the run does not start, during it the child is told, after it the
+    # record and the import are completed first; then saphan exits 128+N.
+    with streams.run_signals():
+        # The slot as cast (the site holds it: its pin is what is enforced),
+        # never read again between here and the reservation.
+        base["session_ordinal"] = reserve(ctx, site.slot, base, site.workdir, holder,
+                                          remote=site.liveness(), wait=wait,
+                                          checkpoint=streams.checkpoint)
+        try:
+            rec = execute(ctx, site, base)
+        except BaseException as e:
+            late = streams.pending()
+            if late is None or isinstance(e, Interrupted):
+                raise
+            raise Interrupted(late, None, "while the run ended; the run was recorded "
+                              "first") from e
+        late = streams.pending()
+        if late is not None:
+            raise Interrupted(late, rec.exit_code, "after the command ended; the record "
+                              "and the import were completed first")
+        return rec
 
 
 def execute(ctx: Context, site: Site, base: dict[str, Any]) -> RunRecord:
     """Compose, dispatch, record a reserved run on its site; the row is
     finished whatever happens (or, when the site says a far process may still
     run, left live with that process as its holder)."""
+    from saphan.transport import streams
+
     record: dict[str, Any] = {**base, "started_at": now_iso(), "enforced_by": None}
     end = RunEnd()
     try:
+        streams.checkpoint()  # a signal during the reservation: not started
         site.prepare(record)
+        streams.checkpoint()
         recorder.running(ctx, record)
         site.start(record, end)
     except BaseException as e:
         end.absorb(e, record, site.interrupted)
         raise
     finally:
+        streams.settled()  # from here a signal waits for the record
         late: BaseException | None = None
         try:
             live = site.settle(record, end)
@@ -178,6 +204,12 @@ def execute(ctx: Context, site: Site, base: dict[str, Any]) -> RunRecord:
             live = False
             if not isinstance(e, Exception):
                 late = e  # Ctrl-C during settling: finish the row, then honour it
+        caught = streams.pending()
+        if caught is not None and end.outcome != "interrupted":
+            record["notes"] = [*record.get("notes", []), (
+                f"saphan got {signal.Signals(caught).name} after the command ended: the "
+                f"record{' and the import' if 'worktree' in record else ''} were completed "
+                f"first, then saphan exited {128 + caught}")]
         if live:
             recorder.still_running(ctx, record)
         else:

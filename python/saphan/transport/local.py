@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from saphan.errors import Interrupted
-from saphan.transport.streams import Sink, catching, tee
+from saphan.transport.streams import Sink, catching, launching, tee
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,7 @@ def run(
         with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f, \
                 open(status_path or os.devnull, "wb") as status_f, \
                 _stdin(stdin_path, stdin_bytes) as in_f:
+            launching()  # a signal before this: the child is not started
             proc = subprocess.Popen(
                 argv, cwd=cwd, env=env, stdin=in_f,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,

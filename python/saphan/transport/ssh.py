@@ -38,7 +38,7 @@ from saphan import refusals
 from saphan.errors import Interrupted, TransportError
 from saphan.store.rows import Machine
 from saphan.transport.local import Finished
-from saphan.transport.streams import catching, tee
+from saphan.transport.streams import catching, launching, tee
 
 if TYPE_CHECKING:
     import paramiko
@@ -505,6 +505,7 @@ class SSHConnection:
         err_path = os.path.join(run_dir, "stderr.log")
         try:
             chan = self._transport().open_session(timeout=self.connect_timeout)
+            launching()  # a signal before this: the far command is not started
             chan.exec_command(sh(script))
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise self._fail(f"cannot start the run: {_describe(e)}") from None

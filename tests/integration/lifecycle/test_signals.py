@@ -138,3 +138,97 @@ def test_after_sigkill_the_next_command_of_any_kind_finishes_the_row(
     assert f"holder dead (pid {proc.pid} does not exist on " in rec["notes"][-1]
     assert rec["argv"][-1] == token  # the final record keeps what the live one said
     assert rec["enforced_by"]["mechanism"] == "bubblewrap"
+
+
+# -- a signal outside the child's output pump (review: lc_window) ---------------------
+
+def _driven(s: Saphan, patch: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`saphan *args` in a Python process where ``patch`` (code run first)
+    sends signals to saphan itself at a chosen step: deterministic, where a
+    signal from outside could only hope to land in the window."""
+    import sys
+
+    code = (f"import os, signal, sys\n{patch}\nfrom saphan.cli import main\n"
+            f"sys.argv = ['saphan', *{list(args)!r}]\nmain()\n")
+    return subprocess.run([sys.executable, "-c", code], env=s.env(), capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.email=t@e", "-c", "user.name=t", *args],
+                          cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+def test_a_signal_while_the_commits_are_imported_waits_for_the_record_and_the_import(
+        here: Saphan, tmp_path: Path) -> None:
+    """SIGHUP reaches saphan after the command exited 7, while its commits are
+    imported: the import and the record complete (failed, exit 7, the branch
+    made), then saphan exits 129. Before: saphan died (rc -1), the row was
+    left to become holder-dead, no branch."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "README").write_text("x\n")
+    _git(repo, "add", "README")
+    _git(repo, "commit", "-q", "-m", "base")
+    patch = ("import saphan.site.local as sl\n_orig = sl._settle_worktree\n"
+             "def _settle(*a, **k):\n"
+             "    os.kill(os.getpid(), signal.SIGHUP)\n"
+             "    return _orig(*a, **k)\n"
+             "sl._settle_worktree = _settle\n")
+    r = _driven(here, patch, "run", "--machine", "here", "--slot", "s1", "--repo", str(repo),
+                "--", "sh", "-c", "echo made > made.txt && git add made.txt && git -c "
+                "user.email=a@b -c user.name=a commit -qm made; exit 7")
+    assert r.returncode == 128 + signal.SIGHUP, (r.returncode, r.stderr)
+    assert "interrupted by SIGHUP after the command ended" in r.stderr
+    run = here.ok("runs", "list", "--json").json()[0]  # type: ignore[index]
+    rec = _finished(here, run["id"])
+    assert (rec["outcome"], rec["exit_code"]) == ("failed", 7)
+    assert any("saphan got SIGHUP after the command ended: the record and the import were "
+               "completed first, then saphan exited 129" in n for n in rec["notes"])
+    branch = f"saphan/{run['id']}"
+    assert _git(repo, "branch", "--list", branch).strip().endswith(branch)
+    assert _git(repo, "show", f"{branch}:made.txt") == "made\n"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_before_the_command_starts_means_it_does_not_start(
+        here: Saphan, tmp_path: Path, sig: signal.Signals) -> None:
+    """The signal lands while the run is composed (after the seat): the
+    command never starts, the run is recorded interrupted, the seat freed,
+    saphan exits 128+N."""
+    patch = ("import saphan.site.local as sl\n_orig = sl.LocalSite.prepare\n"
+             "def _prepare(self, record):\n"
+             f"    os.kill(os.getpid(), {int(sig)})\n"
+             "    return _orig(self, record)\n"
+             "sl.LocalSite.prepare = _prepare\n")
+    r = _driven(here, patch, "run", "--machine", "here", "--slot", "s1", "--workdir",
+                str(tmp_path), "--", "sh", "-c", "echo ran > ran.txt")
+    assert r.returncode == 128 + sig, (r.returncode, r.stderr)
+    assert f"interrupted by {sig.name} before its command started" in r.stderr
+    assert not (tmp_path / "ran.txt").exists()
+    run = here.ok("runs", "list", "--json").json()[0]  # type: ignore[index]
+    rec = _finished(here, run["id"])
+    assert (rec["outcome"], rec["exit_code"]) == ("interrupted", None)
+    assert any(f"interrupted by {sig.name} before its command started; it was not started"
+               in n for n in rec["notes"])
+    here.ok("run", "--machine", "here", "--slot", "s1", "--workdir", str(tmp_path), "--", "true")
+
+
+def test_a_second_signal_before_the_command_ends_a_step_that_hangs(
+        here: Saphan, tmp_path: Path) -> None:
+    """The first signal is noted (the run stops at the next checkpoint); a
+    second one stops a step that hangs at once."""
+    patch = ("import saphan.site.local as sl, time\n"
+             "def _prepare(self, record):\n"
+             "    os.kill(os.getpid(), signal.SIGTERM)\n"
+             "    os.kill(os.getpid(), signal.SIGTERM)\n"
+             "    time.sleep(60)\n"
+             "sl.LocalSite.prepare = _prepare\n")
+    t0 = time.monotonic()
+    r = _driven(here, patch, "run", "--machine", "here", "--slot", "s1", "--workdir",
+                str(tmp_path), "--", "true")
+    assert r.returncode == 128 + signal.SIGTERM, (r.returncode, r.stderr)
+    assert time.monotonic() - t0 < 30
+    run = here.ok("runs", "list", "--json").json()[0]  # type: ignore[index]
+    assert _finished(here, run["id"])["outcome"] == "interrupted"
