@@ -771,6 +771,22 @@ def test_a_result_event_alone_does_not_make_the_outcome(tmp_path: Path, max_turn
         assert facts["usage"]["models"] == ["claude-haiku-4-5"] and "notes" not in facts
 
 
+def test_more_than_one_result_event_decides_nothing(tmp_path: Path) -> None:
+    """Claude Code prints one result event; a command of the run can add one
+    to its output (before Claude Code's own, or after it from a process left
+    behind): with two, neither is taken, whatever the exit status."""
+    log = tmp_path / "stdout.log"
+    event = {"type": "result", "subtype": "error_max_turns", "is_error": True,
+             "modelUsage": {"claude-haiku-4-5": {"inputTokens": 1}}}
+    log.write_text(json.dumps(event) + "\n" + json.dumps({**event, "subtype": "success"})
+                   + "\n")
+    a = _adapter(tmp_path, max_turns=2)
+    facts = a.after_exit(str(log), 1)
+    assert facts["claude_result"]["result_events"] == 2 and facts["claude_result"]["ignored"]
+    assert facts["usage"] is None and a.outcome(facts) is None
+    assert "holds 2 `result` events where it prints one" in facts["notes"][0]
+
+
 def test_the_transcript_digest_is_read_without_following_a_link(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import hashlib

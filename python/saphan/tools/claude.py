@@ -92,8 +92,9 @@ What saphan pins, and what each pin was measured to do:
   ``result`` event (``error_max_turns``, a haiku model) to Claude Code's
   stdout through ``/proc/<pid>/fd/1`` and SIGKILLed it (review): when Claude
   Code was ended by a signal (128 + N from the launcher, negative from
-  Python), :meth:`ClaudeAdapter.after_exit` takes neither the outcome nor
-  the usage from it (usage null, ``claude_result.ignored``, a note).
+  Python), or its output holds more than one result event (it prints one),
+  :meth:`ClaudeAdapter.after_exit` takes neither the outcome nor the usage
+  from it (usage null, ``claude_result.ignored``, a note).
 - **Class credentials that steer Claude Code are refused**
   (:meth:`ClaudeAdapter.credential_refused`, :func:`refused_variable`): a
   class — which a repository can supply — naming ``CLAUDE_CODE_USE_BEDROCK``,
@@ -733,12 +734,13 @@ class ClaudeAdapter(Adapter):
             out["agent_session"] = {"id": init.get("session_id"), "cwd": init.get("cwd"),
                                     "model": init.get("model"),
                                     "permission_mode": init.get("permissionMode")}
-        result = _last_result(stdout_path)
+        result, count = _results(stdout_path)
         if result is not None:
             out["usage"] = usage_of(result)
             out["claude_result"] = {"subtype": result.get("subtype"),
                                     "num_turns": result.get("num_turns"),
-                                    "is_error": result.get("is_error")}
+                                    "is_error": result.get("is_error"),
+                                    "result_events": count}
         return out
 
     def after_exit(self, stdout_path: str, exit_code: int) -> dict[str, Any]:
@@ -748,16 +750,22 @@ class ClaudeAdapter(Adapter):
         result = out.get("claude_result")
         if result is not None:
             result["exit_code"] = exit_code
+            why = None
             if _by_signal(exit_code):
                 # Claude Code prints its result event as it ends; a command of
                 # the run can write one to its output and kill it (measured).
+                why = (f"Claude Code was ended by a signal ({_status_text(exit_code)}), so the "
+                       "`result` event in its output is not its own account")
+            elif result.get("result_events", 1) != 1:
+                # It prints one; a command of the run can write more to its output.
+                why = (f"Claude Code's output holds {result.get('result_events')} `result` "
+                       "events where it prints one, so which is its own cannot be told")
+            if why is not None:
                 result["ignored"] = True
                 out["usage"] = None
                 out["notes"] = [
-                    f"Claude Code was ended by a signal ({_status_text(exit_code)}), so the "
-                    "`result` event in its output is not its own account: a command of the "
-                    "run could have written it. Neither the outcome nor the usage is taken "
-                    "from it (usage: none recorded)"]
+                    f"{why}: a command of the run could have written it. Neither the outcome "
+                    "nor the usage is taken from it (usage: none recorded)"]
         from saphan.errors import PlantedLink
 
         path = transcript_path(self.instruction.workdir, self.session_id)
@@ -795,9 +803,10 @@ def _status_text(exit_code: int) -> str:
     return name if exit_code < 0 else f"status {exit_code}: 128 + {number}, {name}"
 
 
-def _last_result(path: str) -> dict[str, Any] | None:
-    """The last ``result`` event of a stream-json log."""
+def _results(path: str) -> tuple[dict[str, Any] | None, int]:
+    """The last ``result`` event of a stream-json log, and how many it holds."""
     last: dict[str, Any] | None = None
+    count = 0
     try:
         with open(path, "rb") as f:
             for raw in f:
@@ -810,9 +819,10 @@ def _last_result(path: str) -> dict[str, Any] | None:
                     continue
                 if isinstance(event, dict) and event.get("type") == "result":
                     last = event
+                    count += 1
     except OSError:
-        return None
-    return last
+        return None, 0
+    return last, count
 
 
 def usage_of(result: Mapping[str, Any]) -> dict[str, Any]:
