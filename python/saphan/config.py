@@ -116,7 +116,7 @@ def load(path: Path) -> Config:
                         "it for the default")
     codex_url = data.get("codex", {}).get("base_url")
     if codex_url is not None:
-        from saphan.tools.codex import check_endpoint_masked
+        from saphan.endpoints import check_endpoint_masked
 
         check_endpoint_masked(codex_url, f"{path}: codex.base_url")
     ssh = data.get("ssh", {})
@@ -152,6 +152,7 @@ def effective(config: Config, *, workspace: Path, key_path: Path,
     "file" or "default"). Passwords in URLs are masked (a store URL by
     postgres.redact_url, the one function every printed store URL goes
     through)."""
+    from saphan.endpoints import redact_endpoint
     from saphan.store import sqlite_file
     from saphan.store.postgres import redact_url
 
@@ -164,7 +165,7 @@ def effective(config: Config, *, workspace: Path, key_path: Path,
         "database.write_retry_seconds": config.write_retry_seconds,
         "ssh.connect_timeout": config.ssh_connect_timeout,
         "ssh.command_timeout": config.ssh_command_timeout,
-        "codex.base_url": (_redact_endpoint(config.codex_base_url)
+        "codex.base_url": (redact_endpoint(config.codex_base_url)
                            if config.codex_base_url is not None else None),
         "codex.env_key": config.codex_env_key,
     }
@@ -179,26 +180,6 @@ def effective(config: Config, *, workspace: Path, key_path: Path,
             for k, v in values.items()
         ],
     }
-
-
-def _redact_endpoint(url: str) -> str:
-    """An HTTP endpoint as it may be printed: the password of its userinfo
-    and every query value masked (a token may ride there); not a URL: masked."""
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-    try:
-        parts = urlsplit(url)
-        user, sep, password = parts.netloc.rpartition("@")[0].partition(":")
-        host = parts.netloc.rpartition("@")[2]
-        query = urlencode([(k, "***") for k, _ in parse_qsl(parts.query, keep_blank_values=True)],
-                          safe="*")
-    except ValueError:
-        return "***"
-    if not parts.scheme or not host:
-        return "***"
-    netloc = (f"{user}{':***' if sep and password else ''}@" if "@" in parts.netloc
-              else "") + host
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 def confinement_mode(config: Config) -> str:

@@ -142,7 +142,7 @@ def _loop(tmp_path: Path, credentials: tuple[str, ...] = ()) -> LoopAdapter:
 
 
 def _adapters(tmp_path: Path) -> list[Adapter]:
-    return [_claude(tmp_path), _codex(tmp_path), _codex(tmp_path, Provider("http://x/v1", "K")),
+    return [_claude(tmp_path), _codex(tmp_path), _codex(tmp_path, Provider("https://x/v1", "K")),
             _loop(tmp_path)]
 
 

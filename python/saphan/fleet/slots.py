@@ -12,12 +12,10 @@ slot doing nothing.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from typing import Any
-from urllib.parse import urlsplit
 
 from saphan.context import Context
+from saphan.endpoints import check_endpoint, check_model
 from saphan.errors import UserError
 from saphan.fleet.machines import check_name
 from saphan.store.rows import Slot
@@ -38,57 +36,6 @@ DEFAULT_TOOLS: dict[str, tuple[str, ...]] = {
 
 def _option(field: str) -> str:
     return "--" + field.replace("_", "-")
-
-
-#: printable ASCII, no space: what an endpoint URL and a model name may hold
-_PRINTABLE = re.compile(r"[\x21-\x7e]+")
-
-
-def _loopback(host: str) -> bool:
-    """``localhost`` or a loopback IP address — never a name that merely
-    starts like one (``127.attacker.example``)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_endpoint(url: str) -> str:
-    """An ``http(s)://host[:port][/path]`` URL in printable ASCII (an
-    internationalised host in its ``xn--`` form), with nothing a record must
-    not hold (credentials), no query or fragment, and plain http only to
-    this machine's loopback (anywhere else the key would cross the network
-    in the clear)."""
-    bad = (f"--endpoint {url!r} is not an http(s) URL of a model API; give "
-           "http(s)://HOST[:PORT][/PATH] in printable ASCII (no spaces, '?' or '#'; an "
-           "internationalised host in its xn-- form)")
-    if not _PRINTABLE.fullmatch(url) or "?" in url or "#" in url or len(url) > 2048:
-        raise UserError(bad)
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-        host = parts.hostname
-    except ValueError:
-        raise UserError(bad) from None
-    if parts.scheme not in ("http", "https") or not host or "\\" in url or port == 0:
-        raise UserError(bad)
-    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        raise UserError("--endpoint carries credentials in the URL, which would be stored and "
-                        "recorded; give the URL without them and the key in the tool's variable")
-    if parts.scheme == "http" and not _loopback(host):
-        raise UserError(f"--endpoint {url!r}: plain http to {host} would send the API key in "
-                        "the clear; use https (http is for this machine's loopback only)")
-    return url
-
-
-def check_model(name: str) -> str:
-    """A model name: printable ASCII without spaces, not an option, bounded."""
-    if not _PRINTABLE.fullmatch(name) or name.startswith("-") or len(name) > 200:
-        raise UserError(f"--model {name!r} is not a model name (printable ASCII, no spaces, "
-                        "not starting with '-', at most 200 characters)")
-    return name
 
 
 def check_run_defaults(tool: str, **given: Any) -> None:

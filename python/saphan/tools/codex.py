@@ -210,21 +210,9 @@ class Provider:
     def __post_init__(self) -> None:
         # Again wherever it comes from (a slot's row or the workspace's
         # [codex] table): no credentials, no query, plain http only to loopback.
+        from saphan.endpoints import check_endpoint_masked
+
         check_endpoint_masked(self.base_url, "the Codex provider's base_url")
-
-
-def check_endpoint_masked(url: str, what: str) -> str:
-    """:func:`saphan.fleet.slots.check_endpoint`, its refusal naming ``what``
-    and the URL with its password and query values masked."""
-    from saphan.config import _redact_endpoint as redact_endpoint
-    from saphan.fleet.slots import check_endpoint
-
-    try:
-        return check_endpoint(url)
-    except UserError as e:
-        shown = redact_endpoint(url)
-        why = str(e).replace(repr(url), repr(shown)).replace(url, shown)
-        raise UserError(why.replace("--endpoint", what, 1)) from None
 
 
 def codex_home() -> str:

@@ -64,7 +64,7 @@ def prepare(
     if not prompt.strip():
         raise UserError("the prompt is empty; give the task with --prompt or --prompt-file")
     if request.model is not None:
-        from saphan.fleet.slots import check_model
+        from saphan.endpoints import check_model
 
         check_model(request.model)
     if request.max_turns is not None and tool == "codex":
@@ -110,7 +110,7 @@ def prepare(
     limit = max_seconds or DEFAULT_AGENT_MAX_SECONDS
     endpoint = slot.endpoint if slot is not None else None
     if endpoint is not None:
-        from saphan.fleet.slots import check_endpoint
+        from saphan.endpoints import check_endpoint
 
         check_endpoint(endpoint)  # again at run time: the store's row is not signed
     if tool == "claude":
