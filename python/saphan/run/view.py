@@ -35,6 +35,7 @@ import os
 import shlex
 import sys
 import unicodedata
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -82,7 +83,7 @@ def one_line(text: str) -> str:
 
 # -- the sinks transport/local.py writes to ------------------------------------------------
 
-class _Lines:
+class _Lines(ABC):
     """A sink of bytes that acts on whole lines (a partial one waits for the
     rest); ``finish`` takes what is left when the run has ended."""
 
@@ -133,8 +134,9 @@ class _Lines:
     def _emit(self, text: str) -> None:
         self.out.write(text.encode("utf-8", "backslashreplace") + b"\n")
 
+    @abstractmethod
     def _line(self, line: bytes) -> None:
-        raise NotImplementedError
+        """Each kind of stream or tool says its own."""
 
     def _overlong(self) -> None:
         self._emit(f"(a line of more than {MAX_LINE:,} bytes, not shown: the run's {self.log} "
@@ -245,7 +247,7 @@ def _money(usd: float) -> str:
     return f"${usd:.2f}" if usd >= 1 else f"${usd:.4g}"
 
 
-class _Events:
+class _Events(ABC):
     tool = ""
 
     def __init__(self, workdir: str | None) -> None:
@@ -255,8 +257,9 @@ class _Events:
         self.tokens_out: int | None = None
         self.cost_usd: float | None = None
 
+    @abstractmethod
     def read(self, event: dict[str, Any]) -> list[Shown]:
-        raise NotImplementedError
+        """Each kind of stream or tool says its own."""
 
     def step(self, label: str, detail: str) -> Shown:
         self.steps += 1
@@ -288,8 +291,9 @@ class _Events:
     def counts(self) -> list[str]:
         return [_plural(self.steps, "step")]
 
+    @abstractmethod
     def cost(self) -> str:
-        raise NotImplementedError
+        """Each kind of stream or tool says its own."""
 
 
 class Claude(_Events):

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -156,23 +157,30 @@ class Adapter(ABC):
         return None
 
 
-def first_json_event(path: str, predicate: Any) -> dict[str, Any] | None:
-    """The first JSON line of a tool's stdout log that satisfies ``predicate``."""
+def json_events(path: str, contains: bytes = b"") -> Iterator[dict[str, Any]]:
+    """Every JSON object standing on a line of its own in a tool's stdout log,
+    in order (``contains``: only lines holding those bytes, a cheap filter
+    before parsing); other lines are skipped, and a log that cannot be read
+    yields nothing."""
     try:
         with open(path, "rb") as f:
             for raw in f:
                 line = raw.strip()
-                if not line.startswith(b"{"):
+                if not line.startswith(b"{") or contains not in line:
                     continue
                 try:
                     event = json.loads(line)
                 except ValueError:
                     continue
-                if isinstance(event, dict) and predicate(event):
-                    return event
+                if isinstance(event, dict):
+                    yield event
     except OSError:
-        return None
-    return None
+        return
+
+
+def first_json_event(path: str, predicate: Any) -> dict[str, Any] | None:
+    """The first JSON line of a tool's stdout log that satisfies ``predicate``."""
+    return next((e for e in json_events(path) if predicate(e)), None)
 
 
 @dataclass(frozen=True)

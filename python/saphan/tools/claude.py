@@ -159,7 +159,12 @@ from typing import TYPE_CHECKING, Any
 
 from saphan.errors import UserError
 from saphan.tools import argv_guard
-from saphan.tools.adapter import DEFAULT_AGENT_MAX_SECONDS, Adapter, first_json_event
+from saphan.tools.adapter import (
+    DEFAULT_AGENT_MAX_SECONDS,
+    Adapter,
+    first_json_event,
+    json_events,
+)
 from saphan.tools.argv_guard import AllowList, Option
 from saphan.tools.permission_class import PERMISSION_MODES
 from saphan.tools.session_key import session_key
@@ -807,21 +812,10 @@ def _results(path: str) -> tuple[dict[str, Any] | None, int]:
     """The last ``result`` event of a stream-json log, and how many it holds."""
     last: dict[str, Any] | None = None
     count = 0
-    try:
-        with open(path, "rb") as f:
-            for raw in f:
-                line = raw.strip()
-                if not line.startswith(b"{") or b'"result"' not in line:
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(event, dict) and event.get("type") == "result":
-                    last = event
-                    count += 1
-    except OSError:
-        return None, 0
+    for event in json_events(path, b'"result"'):
+        if event.get("type") == "result":
+            last = event
+            count += 1
     return last, count
 
 

@@ -165,7 +165,12 @@ from typing import TYPE_CHECKING, Any
 
 from saphan.errors import UserError
 from saphan.tools import argv_guard
-from saphan.tools.adapter import DEFAULT_AGENT_MAX_SECONDS, Adapter, first_json_event
+from saphan.tools.adapter import (
+    DEFAULT_AGENT_MAX_SECONDS,
+    Adapter,
+    first_json_event,
+    json_events,
+)
 from saphan.tools.argv_guard import AllowList, Option, toml_value
 
 if TYPE_CHECKING:
@@ -607,27 +612,14 @@ def usage_of(stdout_path: str) -> dict[str, Any] | None:
 
     total: dict[str, int | None] = {k: None for k in usage.TOKEN_KINDS}
     seen = False
-    try:
-        with open(stdout_path, "rb") as f:
-            for raw in f:
-                line = raw.strip()
-                if not line.startswith(b"{"):
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                if not isinstance(event, dict) or event.get("type") != "turn.completed":
-                    continue
-                got = event.get("usage")
-                if not isinstance(got, dict):
-                    continue
-                seen = True
-                usage.add(total, {"input": got.get("input_tokens"),
-                                  "output": got.get("output_tokens"),
-                                  "cache_read": got.get("cached_input_tokens")})
-    except OSError:
-        return None
+    for event in json_events(stdout_path, b'"turn.completed"'):
+        got = event.get("usage")
+        if event.get("type") != "turn.completed" or not isinstance(got, dict):
+            continue
+        seen = True
+        usage.add(total, {"input": got.get("input_tokens"),
+                          "output": got.get("output_tokens"),
+                          "cache_read": got.get("cached_input_tokens")})
     if not seen:
         return None
     return usage.record(models=(), tokens=total, cost_usd=None,
