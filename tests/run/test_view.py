@@ -255,9 +255,14 @@ def test_raw_streams_that_reach_a_terminal_are_escaped() -> None:
     assert term_err.getvalue() == b"\\x1b]52;c;aGk=\\x07\\x1b[2K\\rforged\n"
     assert term_out.getvalue() == b'{"type":"system","text":"\\u202e\\x9b ok"}\n'
     # a pipe or a file gets the bytes as they are (as stdout.log keeps them)
-    piped = view.escaped_for_tool("codex", out=io.BytesIO(), err=io.BytesIO())
-    assert piped is not None and piped.out is None and piped.err is None
-    assert view.escaped_for_tool("command") is None
+    assert view.escaped_for_tool("codex", out=io.BytesIO(), err=io.BytesIO()) is None
+    # a command run's streams too (review: a command's OSC 52 reached the terminal)
+    err_only = _Tty()
+    cmd = view.escaped_for_tool("command", out=io.BytesIO(), err=err_only)
+    assert cmd is not None and cmd.out is None and cmd.err is not None
+    cmd.err.write(b"\x1b]52;c;aGk=\x07\n")
+    cmd.finish()
+    assert err_only.getvalue() == b"\\x1b]52;c;aGk=\\x07\n"
 
 
 def test_stderr_is_escaped_line_by_line() -> None:
@@ -469,3 +474,23 @@ def test_a_codex_run_on_a_terminal_shows_one_line_per_step(
     log = (s.home / "runs" / _run_id(shown) / "stdout.log").read_text()
     assert [json.loads(line)["type"] for line in log.splitlines()][-1] == "turn.completed"
     assert "\\u001b]52;c;aGk=\\u0007" in log
+
+
+@pytest.mark.usefixtures("bwrap_available")
+def test_a_command_runs_output_reaches_a_terminal_escaped(saphan_sqlite: Saphan,
+                                                           tmp_path: Path) -> None:
+    """Review: a command slot's OSC 52 clipboard write, on stdout and on
+    stderr, reached the operator's terminal raw; its logs keep the bytes."""
+    s = saphan_sqlite
+    s.ok("machine", "add", "here", "--local")
+    s.ok("slot", "add", "here", "c", "--tool", "command")
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    code, shown = _in_a_terminal(
+        ["run", "--machine", "here", "--slot", "c", "--workdir", str(wd), "--", "sh", "-c",
+         "printf 'out \\033]52;c;aGk=\\007 end\\n'; printf 'err \\033[2K\\r\\n' >&2"], s.env())
+    assert code == 0, shown
+    assert "\x1b" not in shown, shown
+    assert "out \\x1b]52;c;aGk=\\x07 end" in shown and "err \\x1b[2K" in shown
+    log = s.home / "runs" / _run_id(shown) / "stdout.log"
+    assert log.read_bytes() == b"out \x1b]52;c;aGk=\x07 end\n"

@@ -553,16 +553,19 @@ class Escaped:
 
 def escaped_for_tool(tool: str, *, out: IO[bytes] | None = None,
                      err: IO[bytes] | None = None) -> Escaped | None:
-    """Without the view (``--raw``, or stdout not a terminal): the streams as
-    they come, but what reaches a terminal is escaped line by line — the
-    run writes these streams (review: an OSC 52 clipboard write and a line
-    erase reached the operator's terminal through the tool's stderr). A
-    stream that is not a terminal (a pipe, a file) gets the bytes as they
-    are, as stdout.log keeps them. None for a tool outside :data:`TOOLS`."""
-    if tool not in TOOLS:
-        return None
+    """Without the view (``--raw``, stdout not a terminal, or a tool that has
+    no view: command and loop runs): the streams as they come, but what
+    reaches a terminal is escaped line by line — the run writes these
+    streams (review: an OSC 52 clipboard write and a line erase reached the
+    operator's terminal through a tool's stderr, and a command run's output
+    did the same). A stream that is not a terminal (a pipe, a file) gets the
+    bytes as they are, as the run's logs keep them. None when neither is a
+    terminal. ``tool`` names the run's tool (every tool is escaped alike)."""
+    del tool
     o = out if out is not None else sys.stdout.buffer
     e = err if err is not None else sys.stderr.buffer
+    if not (o.isatty() or e.isatty()):
+        return None
     return Escaped(EscapedStdout(o) if o.isatty() else None,
                    EscapedLines(e) if e.isatty() else None)
 

@@ -273,12 +273,13 @@ class LocalSite:
             self.was_dumpable = local.set_dumpable(False)
         limit = adapter.time_limit()
         view: View | Escaped | None = None
-        if self.stream and adapter.tool in AGENT_TOOLS:
+        if self.stream and (sys.stdout.isatty() or sys.stderr.isatty()):
             from saphan.run.view import escaped_for_tool, for_tool
 
-            # the view, or the raw streams with what reaches a terminal escaped
-            view = (for_tool(adapter.tool, workdir=os.path.realpath(wd)) if self.view
-                    else escaped_for_tool(adapter.tool))
+            # the view, or the raw streams with what reaches a terminal
+            # escaped: every tool's, a command's included (the run writes them)
+            view = ((for_tool(adapter.tool, workdir=os.path.realpath(wd)) if self.view
+                     else None) or escaped_for_tool(adapter.tool))
         try:
             finished = local.run(
                 self.argv, cwd=wd, run_dir=str(self.run_dir), env=self.env,
@@ -298,7 +299,10 @@ class LocalSite:
             raise
         finally:
             if view is not None:
-                view.finish()  # what was left of a line, and the summary
+                # what was left of a line, and the summary; a terminal that is
+                # gone (a hangup) loses them, the logs keep every byte
+                with suppress(OSError, ValueError):
+                    view.finish()
         # Every process of the run is gone here (its PID namespace ended with
         # it, or the launcher reaped what was left): only now is it recorded.
         end.exited(finished.exit_code)
