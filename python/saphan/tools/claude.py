@@ -93,6 +93,9 @@ What saphan pins, and what each pin was measured to do:
   stdout through ``/proc/<pid>/fd/1`` and SIGKILLed it (review): when Claude
   Code was ended by a signal (128 + N from the launcher, negative from
   Python), or its output holds more than one result event (it prints one),
+  or any non-empty line that is not a whole JSON object (it prints nothing
+  else; a command writing ``X`` to that descriptor every 2 ms ran into its
+  own result line, so only a forged one parsed — review),
   :meth:`ClaudeAdapter.after_exit` takes neither the outcome nor the usage
   from it (usage null, ``claude_result.ignored``, a note).
 - **Class credentials that steer Claude Code are refused**
@@ -163,7 +166,6 @@ from saphan.tools.adapter import (
     DEFAULT_AGENT_MAX_SECONDS,
     Adapter,
     first_json_event,
-    json_events,
 )
 from saphan.tools.argv_guard import AllowList, Option
 from saphan.tools.permission_class import PERMISSION_MODES
@@ -739,13 +741,15 @@ class ClaudeAdapter(Adapter):
             out["agent_session"] = {"id": init.get("session_id"), "cwd": init.get("cwd"),
                                     "model": init.get("model"),
                                     "permission_mode": init.get("permissionMode")}
-        result, count = _results(stdout_path)
+        result, count, strays = _results(stdout_path)
         if result is not None:
             out["usage"] = usage_of(result)
             out["claude_result"] = {"subtype": result.get("subtype"),
                                     "num_turns": result.get("num_turns"),
                                     "is_error": result.get("is_error"),
                                     "result_events": count}
+            if strays:
+                out["claude_result"]["not_json_lines"] = strays
         return out
 
     def after_exit(self, stdout_path: str, exit_code: int) -> dict[str, Any]:
@@ -761,6 +765,14 @@ class ClaudeAdapter(Adapter):
                 # the run can write one to its output and kill it (measured).
                 why = (f"Claude Code was ended by a signal ({_status_text(exit_code)}), so the "
                        "`result` event in its output is not its own account")
+            elif result.get("not_json_lines"):
+                # In stream-json mode it prints whole JSON objects, one a line; a
+                # command of the run can write bytes to its output that run into
+                # its own lines (its result event among them, measured).
+                n = result["not_json_lines"]
+                why = (f"Claude Code's output holds {n} line(s) that are not JSON events "
+                       "where it prints only whole JSON objects, so the tool's own report "
+                       "cannot be told from what the run wrote into it")
             elif result.get("result_events", 1) != 1:
                 # It prints one; a command of the run can write more to its output.
                 why = (f"Claude Code's output holds {result.get('result_events')} `result` "
@@ -808,15 +820,36 @@ def _status_text(exit_code: int) -> str:
     return name if exit_code < 0 else f"status {exit_code}: 128 + {number}, {name}"
 
 
-def _results(path: str) -> tuple[dict[str, Any] | None, int]:
-    """The last ``result`` event of a stream-json log, and how many it holds."""
+def _results(path: str) -> tuple[dict[str, Any] | None, int, int]:
+    """The last ``result`` event of a stream-json log, how many it holds, and
+    how many of its non-empty lines are not a whole JSON object (Claude Code
+    prints nothing else there: any such line is what something else wrote
+    into its output, and may have swallowed one of its own events). A log that
+    cannot be read holds nothing."""
+    import json
+
     last: dict[str, Any] | None = None
-    count = 0
-    for event in json_events(path, b'"result"'):
-        if event.get("type") == "result":
-            last = event
-            count += 1
-    return last, count
+    count = strays = 0
+    try:
+        with open(path, "rb") as f:
+            for raw in f:
+                line = raw[:-1] if raw.endswith(b"\n") else raw
+                if not line:
+                    continue
+                event: object = None
+                if line.startswith(b"{") and line.endswith(b"}"):
+                    try:
+                        event = json.loads(line)
+                    except (ValueError, RecursionError):
+                        event = None
+                if not isinstance(event, dict):
+                    strays += 1
+                elif event.get("type") == "result":
+                    last = event
+                    count += 1
+    except OSError:
+        return None, 0, 0
+    return last, count, strays
 
 
 def usage_of(result: Mapping[str, Any]) -> dict[str, Any]:
