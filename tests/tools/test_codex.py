@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,7 @@ def test_composed_argv_whole_vector(tmp_path: Path) -> None:
         "-c", "agents.enabled=false",
         "-c", "features.multi_agent=false",
         "-c", "features.multi_agent_v2=false",
+        "-c", "features.plugins=false",
         "-c", "notify=[]",
         # K is the pinned provider's key: the class naming it does not hand it
         # to the commands
@@ -814,6 +816,40 @@ def test_notify_and_the_users_mcp_servers_never_start(
     assert "notify=[]" in rec["enforced_by"]["pinned_settings"]
     assert "mcp_servers.m.enabled=false" in rec["enforced_by"]["pinned_settings"]
     assert "record key" in rec["enforced_by"]["not_restricted"]
+
+
+def test_a_plugins_mcp_server_never_starts(
+    saphan_sqlite: Saphan, codex_bin: str, codex_home: str, tmp_path: Path,
+) -> None:
+    """A plugin enabled in the user's config, whose plugin.json names an
+    .mcp.json: measured before, its MCP server started outside Codex's
+    sandbox. saphan pins features.plugins=false: it does not start."""
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    started = tmp_path / "plugin-mcp-started"
+    _user_config(codex_home, '[features]\nplugins = true\n[plugins."demo@local"]\nenabled = true\n')
+    mcp = {"mcpServers": {"pm": {"command": "/bin/sh",
+                                 "args": ["-c", f"echo started >> {started}; sleep 2"]}}}
+    for ver in ("1.0.0", "local"):
+        pd = Path(codex_home, "plugins", "cache", "local", "demo", ver)
+        (pd / ".codex-plugin").mkdir(parents=True)
+        (pd / ".codex-plugin" / "plugin.json").write_text(json.dumps(
+            {"name": "demo", "version": "1.0.0", "description": "d",
+             "mcpServers": "./.mcp.json"}))
+        (pd / ".mcp.json").write_text(json.dumps(mcp))
+    s = saphan_sqlite
+    with ResponsesServer([("shell", "echo hi"), ("text", "done")]) as srv:
+        _codex_slot(s, srv.base_url)
+        env = s.env(CODEX_HOME=codex_home, HOME=str(home), SAPHAN_TEST_KEY="sk-test",
+                    SAPHAN_CODEX_BIN=codex_bin)
+        r = s("run", "--machine", "here", "--slot", "cx", "--workdir", str(wd), "--prompt",
+              "hi", "--model", "scripted-model", "--json", env=env, timeout=180)
+    assert r.code == 0, r.err
+    time.sleep(1)
+    assert not started.exists(), "the plugin's MCP server ran"
+    assert "features.plugins=false" in json.loads(r.out)["enforced_by"]["pinned_settings"]
 
 
 @pytest.mark.slow

@@ -107,6 +107,11 @@ tests/tools/test_codex.py plants each config and runs it for real):
   name a ``-c`` key cannot spell (outside ``[A-Za-z0-9_-]``: Codex splits the
   key at every dot) is refused before the seat, naming the entry. Only that
   file is read (not ``/etc/codex/config.toml``, not ``[profiles.*]``).
+- ``features.plugins = false``: a plugin enabled in ``$CODEX_HOME/config.toml``
+  (``[plugins."demo@local"] enabled = true``, its ``plugin.json`` under
+  ``$CODEX_HOME/plugins/cache/…`` naming an ``.mcp.json``) started that MCP
+  server outside the sandbox; with the feature pinned off it did not
+  (measured).
 - Hooks (``hooks.json``, ``[hooks]``, ``features.codex_hooks``) are not
   pinned: a command hook from either place, feature on, did not run in
   ``codex exec`` (Codex: "hooks need review before they can run" — a review
@@ -414,6 +419,8 @@ def settings(
     out.append(("agents.enabled", "false"))
     out.append(("features.multi_agent", "false"))
     out.append(("features.multi_agent_v2", "false"))
+    # Plugins: a plugin's MCP servers start outside Codex's sandbox (measured).
+    out.append(("features.plugins", "false"))
     # Programs Codex starts outside its sandbox (measured): the notify program
     # after every turn, the user's MCP servers at start.
     out.append(("notify", "[]"))
@@ -546,6 +553,7 @@ ALLOWED_SETTINGS: tuple[tuple[re.Pattern[str], Any], ...] = (
     (re.compile(r"agents\.enabled"), _is_false),
     (re.compile(r"features\.multi_agent"), _is_false),
     (re.compile(r"features\.multi_agent_v2"), _is_false),
+    (re.compile(r"features\.plugins"), _is_false),
     (re.compile(r"shell_environment_policy"), _shell_policy),
     (re.compile(r"notify"), _is_empty_list),
     (re.compile(r"mcp_servers\.[A-Za-z0-9_-]+\.enabled"), _is_false),
@@ -557,7 +565,7 @@ ALLOWED_SETTINGS: tuple[tuple[re.Pattern[str], Any], ...] = (
 REQUIRED_SETTINGS: frozenset[str] = frozenset({
     "default_permissions", "approval_policy", "model", "model_provider", "openai_base_url",
     "projects", "agents.enabled", "features.multi_agent", "features.multi_agent_v2",
-    "shell_environment_policy", "notify",
+    "features.plugins", "shell_environment_policy", "notify",
 })
 
 
