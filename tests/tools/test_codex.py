@@ -902,3 +902,48 @@ def test_a_class_credential_codex_reads_itself_is_refused(
         assert not srv.requests
     assert r.code == 2, (r.code, r.err)
     assert "CODEX_EXEC_SERVER_URL" in r.err and "executor" in r.err
+
+
+@pytest.mark.parametrize("name", codex.SYSTEM_FILES)
+@pytest.mark.parametrize("text,key", [
+    ('notify = ["/bin/sh"]\n', "notify"),
+    ('[mcp_servers.x]\ncommand = "sh"\n', "mcp_servers"),
+    ('model_provider = "evilprov"\n', "model_provider"),
+    ('openai_base_url = "https://elsewhere/v1"\n', "openai_base_url"),
+    ('[features]\nplugins = true\n', "features"),
+    ('[profiles.p]\nmodel = "m"\n', "profiles"),
+    ('sandbox_mode = "danger-full-access"\n', "sandbox_mode"),
+])
+def test_the_machines_codex_config_setting_a_pin_is_refused(
+        tmp_path: Path, name: str, text: str, key: str) -> None:
+    """/etc/codex/managed_config.toml outranks -c (measured: a managed notify,
+    MCP server and model_provider took effect), config.toml adds MCP servers:
+    a machine whose /etc/codex sets what saphan pins is refused, naming the
+    file, the key and the fix."""
+    (tmp_path / name).write_text(text)
+    with pytest.raises(UserError) as e:
+        codex.check_system_config(str(tmp_path))
+    msg = str(e.value)
+    assert str(tmp_path / name) in msg and key in msg and "administrator" in msg
+
+
+def test_the_machines_codex_config_unreadable_or_invalid_is_refused(tmp_path: Path) -> None:
+    codex.check_system_config(str(tmp_path / "absent"))  # no directory: nothing to refuse
+    (tmp_path / "config.toml").write_text('model_reasoning_effort = "high"\n')
+    codex.check_system_config(str(tmp_path))  # a key saphan does not pin: allowed
+    (tmp_path / "requirements.toml").write_text("not = = toml\n")
+    with pytest.raises(UserError, match=r"requirements\.toml.*not valid TOML"):
+        codex.check_system_config(str(tmp_path))
+    (tmp_path / "requirements.toml").unlink()
+    (tmp_path / "managed_config.toml").mkdir()  # present but not readable as a file
+    with pytest.raises(UserError, match=r"managed_config\.toml: cannot read"):
+        codex.check_system_config(str(tmp_path))
+
+
+def test_checked_reads_the_machines_codex_config() -> None:
+    """The default is the real /etc/codex (a constant, not the environment)."""
+    assert codex.SYSTEM_DIR == "/etc/codex"
+    import inspect
+    assert (inspect.signature(codex.check_system_config).parameters["system_dir"].default
+            == codex.SYSTEM_DIR)
+    assert "check_system_config()" in inspect.getsource(codex.CodexAdapter.checked)

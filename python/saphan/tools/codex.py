@@ -106,7 +106,17 @@ tests/tools/test_codex.py plants each config and runs it for real):
   user's MCP servers started outside the sandbox; pinned off, they do not. A
   name a ``-c`` key cannot spell (outside ``[A-Za-z0-9_-]``: Codex splits the
   key at every dot) is refused before the seat, naming the entry. Only that
-  file is read (not ``/etc/codex/config.toml``, not ``[profiles.*]``).
+  file is read for them (not ``[profiles.*]``); ``/etc/codex`` is refused
+  (next).
+- ``/etc/codex`` (the machine's config, read whatever ``CODEX_HOME`` says):
+  ``managed_config.toml`` OUTRANKS the command line (measured: its
+  ``notify``, ``[mcp_servers.x]`` and ``model_provider = "evilprov"`` all
+  took effect — the key went to another server while the record named the
+  slot's endpoint), ``config.toml`` adds MCP servers, ``requirements.toml``
+  constrains the choices. No pin holds against that, so
+  :func:`check_system_config` refuses the run before the seat when any of
+  them sets a key of :data:`SYSTEM_REFUSED` (or cannot be read or parsed):
+  ask the machine's administrator, or run elsewhere.
 - ``features.plugins = false``: a plugin enabled in ``$CODEX_HOME/config.toml``
   (``[plugins."demo@local"] enabled = true``, its ``plugin.json`` under
   ``$CODEX_HOME/plugins/cache/…`` naming an ``.mcp.json``) started that MCP
@@ -266,6 +276,59 @@ def configured_mcp_servers(home: str | None = None) -> tuple[str, ...]:
                 f"(quotes or not), so the name {name!r} cannot be pinned; rename the server "
                 "(letters, digits, _ and - only) or remove it from that file")
     return tuple(servers)
+
+
+#: The machine's Codex configuration directory (codex-cli 0.169.0 reads it
+#: whatever CODEX_HOME says). A parameter of :func:`check_system_config`, so
+#: a test points it elsewhere; never taken from the environment.
+SYSTEM_DIR = "/etc/codex"
+#: Its files: ``managed_config.toml`` outranks the command line's ``-c``
+#: (measured: a managed ``notify``, ``[mcp_servers.x]`` and ``model_provider``
+#: all took effect over saphan's pins), ``config.toml`` adds MCP servers, and
+#: ``requirements.toml`` constrains what the command line may choose.
+SYSTEM_FILES = ("managed_config.toml", "config.toml", "requirements.toml")
+#: Top-level keys saphan refuses in any of those files: each chooses the
+#: model, the provider or its endpoint, starts a program outside Codex's
+#: sandbox, or shapes the sandbox, the trust or the commands' environment.
+SYSTEM_REFUSED = frozenset({
+    "model_provider", "model_providers", "openai_base_url", "chatgpt_base_url", "model",
+    "notify", "mcp_servers", "plugins", "hooks", "features", "agents",
+    "shell_environment_policy", "sandbox_mode", "approval_policy", "default_permissions",
+    "permissions", "profile", "profiles", "projects",
+})
+
+
+def check_system_config(system_dir: str = SYSTEM_DIR) -> None:
+    """Before the seat: refuse (UserError) a machine whose Codex
+    configuration (``system_dir``'s :data:`SYSTEM_FILES`) sets any key of
+    :data:`SYSTEM_REFUSED` — saphan's pins on the command line do not hold
+    against ``managed_config.toml`` (measured with 0.169.0: its ``notify``,
+    MCP server and ``model_provider`` took effect, the key went to another
+    server while the record named the slot's endpoint). A file present but
+    not readable or not valid TOML is refused too."""
+    fix = ("ask the machine's administrator to remove it, or run Codex on another machine "
+           "(saphan's pins on the command line do not hold against it)")
+    for name in SYSTEM_FILES:
+        path = os.path.join(system_dir, name)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise UserError(f"{path}: cannot read the machine's Codex config ({e.strerror}); "
+                            f"Codex reads it, so saphan must check it; {fix}") from None
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise UserError(f"{path}: the machine's Codex config is not valid TOML ({e}); "
+                            f"saphan cannot check it; {fix}") from None
+        bad = sorted(SYSTEM_REFUSED & set(data))
+        if bad:
+            raise UserError(
+                f"{path}: the machine's Codex config sets {', '.join(bad)}, which would choose "
+                "the run's model or endpoint, start a program outside Codex's sandbox or shape "
+                f"that sandbox; {fix}")
 
 
 def _within(path: str, parent: str) -> bool:
@@ -672,7 +735,9 @@ class CodexAdapter(Adapter):
         the run may write (the working directory, ``writable``, its session
         directories) or holds one of them: the run could plant the config
         (``notify``, ``[mcp_servers]``, rules) that the next run's codex
-        process obeys outside its sandbox."""
+        process obeys outside its sandbox; and when the machine's
+        ``/etc/codex`` sets what saphan pins (:func:`check_system_config`)."""
+        check_system_config()
         home = os.path.realpath(codex_home())
         check_home_apart(home, (self.instruction.workdir, *writable, *self.session_dirs()))
         return replace(self, mcp_servers=configured_mcp_servers(home))
