@@ -491,6 +491,22 @@ def test_a_class_credential_cannot_send_claude_elsewhere(saphan_sqlite: Saphan, 
             "reads itself") in r.err
     assert not list((s.home / "runs").glob("*/record.json"))
 
+def _run_script(s: Saphan, claude_bin: str, tmp_path: Path, shell: str) -> dict[str, Any]:
+    """A run whose model writes ``shell`` to i.sh and runs it (a class
+    allowing sh, network open); only the pinned model was asked. Its record."""
+    wd, home = _dirs(tmp_path)
+    pc = tmp_path / "class.json"
+    pc.write_text(json.dumps({"schema": 2, "allowed_commands": ["sh"], "network": "open"}))
+    script = [("write", str(wd / "i.sh"), shell), ("shell", "sh i.sh"), ("text", "finished")]
+    with MessagesServer(script) as srv:
+        env = _setup(s, home, claude_bin, srv)
+        r = s("run", "--machine", "here", "--slot", "cl", "--workdir", str(wd), "--prompt", "go",
+              "--model", PINNED, "--permission-class", str(pc), "--json", env=env, timeout=180)
+        assert set(srv.models()) == {PINNED}
+    rec: dict[str, Any] = json.loads(r.out)
+    return rec
+
+
 
 #: A command of the run that prints a result event on Claude Code's own
 #: stdout and kills it (review cl_forge).
@@ -516,17 +532,7 @@ def test_a_forged_result_event_decides_nothing(saphan_sqlite: Saphan, claude_bin
     Claude Code's stdout and SIGKILLs it: the record is not
     turn-budget-exhausted (no budget was composed, and Claude Code did not
     exit 1), takes no usage from it, and says why."""
-    wd, home = _dirs(tmp_path)
-    pc = tmp_path / "class.json"
-    pc.write_text(json.dumps({"schema": 2, "allowed_commands": ["sh"], "network": "open"}))
-    script = [("write", str(wd / "i.sh"), FORGE), ("shell", "sh i.sh"), ("text", "finished")]
-    s = saphan_sqlite
-    with MessagesServer(script) as srv:
-        env = _setup(s, home, claude_bin, srv)
-        r = s("run", "--machine", "here", "--slot", "cl", "--workdir", str(wd), "--prompt", "go",
-              "--model", PINNED, "--permission-class", str(pc), "--json", env=env, timeout=180)
-        assert set(srv.models()) == {PINNED}
-    rec = json.loads(r.out)
+    rec = _run_script(saphan_sqlite, claude_bin, tmp_path, FORGE)
     assert rec["claude_result"]["subtype"] == "error_max_turns"  # it was printed …
     assert rec["exit_code"] == 137 and rec["claude_result"]["ignored"] is True
     assert rec["outcome"] == "failed", rec["outcome"]  # … and decided nothing
@@ -561,17 +567,7 @@ def test_a_garbled_stream_takes_no_result_event(saphan_sqlite: Saphan, claude_bi
     """A forged success result, then bytes that run into Claude Code's own
     lines: one result event parses (the forged one), but the record takes no
     usage from it, marks it ignored and says why."""
-    wd, home = _dirs(tmp_path)
-    pc = tmp_path / "class.json"
-    pc.write_text(json.dumps({"schema": 2, "allowed_commands": ["sh"], "network": "open"}))
-    script = [("write", str(wd / "i.sh"), GARBLE), ("shell", "sh i.sh"), ("text", "finished")]
-    s = saphan_sqlite
-    with MessagesServer(script) as srv:
-        env = _setup(s, home, claude_bin, srv)
-        r = s("run", "--machine", "here", "--slot", "cl", "--workdir", str(wd), "--prompt", "go",
-              "--model", PINNED, "--permission-class", str(pc), "--json", env=env, timeout=180)
-        assert set(srv.models()) == {PINNED}
-    rec = json.loads(r.out)
+    rec = _run_script(saphan_sqlite, claude_bin, tmp_path, GARBLE)
     assert rec["claude_result"]["ignored"] is True, rec["claude_result"]
     assert rec["claude_result"]["not_json_lines"] >= 1
     assert rec["usage"] is None

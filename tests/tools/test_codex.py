@@ -14,7 +14,7 @@ import pytest
 from agents import Worktree, agents_env, git
 from model_servers import ResponsesServer
 
-from conftest import Saphan
+from conftest import Result, Saphan
 from saphan import worktrees
 from saphan.confine.grants import derive, make_run_dirs, verify_linked_worktree
 from saphan.errors import UserError
@@ -440,6 +440,16 @@ def _codex_slot(s: Saphan, base_url: str | None) -> None:
     s.ok("machine", "add", "here", "--local")
     s.ok("slot", "add", "here", "cx", "--tool", "codex")
 
+def _echo_hi(s: Saphan, codex_bin: str, codex_home: str, home: Path, wd: Path) -> Result:
+    """A run on a codex slot whose scripted model runs ``echo hi`` once."""
+    with ResponsesServer([("shell", "echo hi"), ("text", "done")]) as srv:
+        _codex_slot(s, srv.base_url)
+        env = s.env(CODEX_HOME=codex_home, HOME=str(home), SAPHAN_TEST_KEY="sk-test",
+                    SAPHAN_CODEX_BIN=codex_bin)
+        return s("run", "--machine", "here", "--slot", "cx", "--workdir", str(wd), "--prompt",
+                 "hi", "--model", "scripted-model", "--json", env=env, timeout=180)
+
+
 
 def _user_config(codex_home: str, text: str) -> None:
     Path(codex_home, "config.toml").write_text(text)
@@ -802,13 +812,7 @@ def test_notify_and_the_users_mcp_servers_never_start(
                  f'> {notified}; echo ran >> {notified}", "x"]\n'
                  f'[mcp_servers.m]\ncommand = "/bin/sh"\n'
                  f'args = ["-c", "echo started > {started}; sleep 2"]\n')
-    s = saphan_sqlite
-    with ResponsesServer([("shell", "echo hi"), ("text", "done")]) as srv:
-        _codex_slot(s, srv.base_url)
-        env = s.env(CODEX_HOME=codex_home, HOME=str(home), SAPHAN_TEST_KEY="sk-test",
-                    SAPHAN_CODEX_BIN=codex_bin)
-        r = s("run", "--machine", "here", "--slot", "cx", "--workdir", str(wd), "--prompt",
-              "hi", "--model", "scripted-model", "--json", env=env, timeout=180)
+    r = _echo_hi(saphan_sqlite, codex_bin, codex_home, home, wd)
     assert r.code == 0, r.err
     assert not notified.exists(), notified.read_bytes()[:64]
     assert not started.exists(), "the user's MCP server ran"
@@ -839,13 +843,7 @@ def test_a_plugins_mcp_server_never_starts(
             {"name": "demo", "version": "1.0.0", "description": "d",
              "mcpServers": "./.mcp.json"}))
         (pd / ".mcp.json").write_text(json.dumps(mcp))
-    s = saphan_sqlite
-    with ResponsesServer([("shell", "echo hi"), ("text", "done")]) as srv:
-        _codex_slot(s, srv.base_url)
-        env = s.env(CODEX_HOME=codex_home, HOME=str(home), SAPHAN_TEST_KEY="sk-test",
-                    SAPHAN_CODEX_BIN=codex_bin)
-        r = s("run", "--machine", "here", "--slot", "cx", "--workdir", str(wd), "--prompt",
-              "hi", "--model", "scripted-model", "--json", env=env, timeout=180)
+    r = _echo_hi(saphan_sqlite, codex_bin, codex_home, home, wd)
     assert r.code == 0, r.err
     time.sleep(1)
     assert not started.exists(), "the plugin's MCP server ran"
