@@ -56,4 +56,15 @@ CLASSES: dict[str, str] = {
     "network-posture-unenforceable": (
         "a permission class says `network: off` and nothing on the run's path enforces it"
     ),
+    "agent-auth-missing": (
+        "an agent run has no credential to present to its endpoint: no key variable set in "
+        "saphan's environment and no login file of the tool's"
+    ),
+    "agent-auth-rejected": (
+        "the endpoint answered the auth pre-flight with HTTP 401 or 403 for the seat's credential"
+    ),
+    "agent-binary-missing": (
+        "the agent binary a slot runs is not present (or not executable) at the path resolved "
+        "for it on the machine"
+    ),
 }

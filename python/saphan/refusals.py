@@ -22,6 +22,9 @@ __all__ = [
     "CLASSES",
     "EXIT_CODE",
     "Refusal",
+    "agent_auth_missing",
+    "agent_auth_rejected",
+    "agent_binary_missing",
     "bypass_token",
     "confinement_setting_invalid",
     "confinement_unavailable",
@@ -207,3 +210,24 @@ def network_posture_unenforceable(message: str, remediation: str) -> Refusal:
     the run's path enforces it.
     """
     return Refusal("network-posture-unenforceable", message, remediation)
+
+
+def agent_auth_missing(message: str, remediation: str) -> Refusal:
+    """``agent-auth-missing``: an agent run has no credential to present to its endpoint: no key
+    variable set in saphan's environment and no login file of the tool's.
+    """
+    return Refusal("agent-auth-missing", message, remediation)
+
+
+def agent_auth_rejected(message: str, remediation: str) -> Refusal:
+    """``agent-auth-rejected``: the endpoint answered the auth pre-flight with HTTP 401 or 403 for
+    the seat's credential.
+    """
+    return Refusal("agent-auth-rejected", message, remediation)
+
+
+def agent_binary_missing(message: str, remediation: str) -> Refusal:
+    """``agent-binary-missing``: the agent binary a slot runs is not present (or not executable) at
+    the path resolved for it on the machine.
+    """
+    return Refusal("agent-binary-missing", message, remediation)

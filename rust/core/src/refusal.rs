@@ -39,11 +39,14 @@ pub enum RefusalClass {
     WorkdirUnsafe,
     HostKeyMismatch,
     NetworkPostureUnenforceable,
+    AgentAuthMissing,
+    AgentAuthRejected,
+    AgentBinaryMissing,
 }
 
 impl RefusalClass {
     /// Every class, in the table's order.
-    pub const ALL: [RefusalClass; 25] = [
+    pub const ALL: [RefusalClass; 28] = [
         RefusalClass::ConfinementUnavailable,
         RefusalClass::ConfinementSettingInvalid,
         RefusalClass::LandlockUnprobed,
@@ -69,6 +72,9 @@ impl RefusalClass {
         RefusalClass::WorkdirUnsafe,
         RefusalClass::HostKeyMismatch,
         RefusalClass::NetworkPostureUnenforceable,
+        RefusalClass::AgentAuthMissing,
+        RefusalClass::AgentAuthRejected,
+        RefusalClass::AgentBinaryMissing,
     ];
 
     /// The class's name, exactly as printed in `refused [CLASS]`.
@@ -99,6 +105,9 @@ impl RefusalClass {
             RefusalClass::WorkdirUnsafe => "workdir-unsafe",
             RefusalClass::HostKeyMismatch => "host-key-mismatch",
             RefusalClass::NetworkPostureUnenforceable => "network-posture-unenforceable",
+            RefusalClass::AgentAuthMissing => "agent-auth-missing",
+            RefusalClass::AgentAuthRejected => "agent-auth-rejected",
+            RefusalClass::AgentBinaryMissing => "agent-binary-missing",
         }
     }
 
@@ -164,7 +173,7 @@ mod tests {
             assert_eq!(*c as usize, i, "{c:?}");
         }
         assert_eq!(
-            RefusalClass::NetworkPostureUnenforceable as usize + 1,
+            RefusalClass::AgentBinaryMissing as usize + 1,
             RefusalClass::ALL.len()
         );
     }
