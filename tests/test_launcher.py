@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,163 @@ def test_the_real_launcher_identifies_itself(monkeypatch: pytest.MonkeyPatch) ->
                           timeout=10).stdout.strip()
     assert said == f"{launcher.NAME} {ident.version}"
     assert ident.sha256 == hashlib.sha256(Path(found).read_bytes()).hexdigest()
+
+
+# -- `--stdin-frame`: secrets and stdin over the launcher's stdin --------------
+
+LAUNCHER = Path(launcher.__file__).resolve().parent / "_bin" / launcher.NAME
+SECRET = "s3cr3t-value-7f1c2a"
+
+
+def _frame(*items: bytes) -> bytes:
+    return b"saphan-frame 1\n" + b"".join(items) + b"end\n"
+
+
+def _env(name: str, value: bytes) -> bytes:
+    return f"env {name} {len(value)}\n".encode() + value
+
+
+def _stdin(payload: bytes) -> bytes:
+    return f"stdin {len(payload)}\n".encode() + payload
+
+
+def _framed(argv: list[str], *, extra_env: dict[str, str] | None = None,
+            expect_sha256: str | None = None,
+            stdin: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``saphan-launcher reap --status-fd N --stdin-frame -- ARGV`` with
+    its stdin a pipe (or the descriptor ``stdin``); returns the process and
+    the read end of the status pipe."""
+    require(LAUNCHER.is_file(), f"the built launcher at {LAUNCHER} (ci/setup builds it)")
+    r, w = os.pipe()
+    args = [str(LAUNCHER), "reap", "--status-fd", str(w)]
+    if expect_sha256 is not None:
+        args += ["--expect-sha256", expect_sha256]
+    args += ["--stdin-frame", "--", *argv]
+    env = {**os.environ, **(extra_env or {})}
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE if stdin is None else stdin,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            pass_fds=(w,), env=env)
+    os.close(w)
+    return proc, r
+
+
+def _status(r: int) -> str:
+    with os.fdopen(r, "rb") as f:
+        return f.read().decode()
+
+
+def test_a_frame_gives_the_command_exactly_its_env_and_stdin() -> None:
+    payload = bytes(range(256)) * 1024 + b"\nend\nstop\n"  # larger than a pipe
+    frame = _frame(b"keep SAPHAN_T_KEPT\n", b"keep SAPHAN_T_UNSET\n",
+                   _env("SAPHAN_T_SECRET", SECRET.encode()), _stdin(payload))
+    proc, r = _framed(["/usr/bin/env"],
+                      extra_env={"SAPHAN_T_KEPT": "kept-value", "SAPHAN_T_NOT_KEPT": "leak"})
+    out, err = proc.communicate(frame, timeout=30)
+    assert proc.returncode == 0, err
+    assert out.decode().splitlines() == ["SAPHAN_T_KEPT=kept-value",
+                                         f"SAPHAN_T_SECRET={SECRET}"]
+    assert SECRET not in err.decode() and SECRET not in _status(r)
+
+    proc, r = _framed(["/bin/cat"])
+    out, err = proc.communicate(_frame(_stdin(payload)), timeout=30)
+    assert proc.returncode == 0, err
+    assert out == payload
+    _status(r)
+    # Without a stdin item the command's stdin is /dev/null, not the lifeline.
+    proc, r = _framed(["/bin/cat"])
+    out, err = proc.communicate(_frame() + b"not for the command\n", timeout=30)
+    assert (proc.returncode, out) == (0, b""), err
+    _status(r)
+
+
+def _read_until(proc: subprocess.Popen[bytes], want: bytes, timeout: float = 20) -> bytes:
+    assert proc.stdout is not None
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while want not in seen:
+        assert time.monotonic() < deadline, f"no {want!r} in {seen!r}"
+        chunk = os.read(proc.stdout.fileno(), 4096)
+        assert chunk, f"end of output before {want!r}: {seen!r}"
+        seen += chunk
+    return seen
+
+
+def test_stop_on_the_lifeline_hangs_the_command_up_and_no_secret_is_exposed() -> None:
+    script = ("trap 'echo got-hup; exit 7' HUP; echo ready $$; "
+              "while :; do sleep 0.1; done")
+    proc, r = _framed(["/bin/sh", "-c", script])
+    assert proc.stdin is not None
+    proc.stdin.write(_frame(b"keep PATH\n", _env("SAPHAN_T_SECRET", SECRET.encode())))
+    proc.stdin.flush()
+    seen = _read_until(proc, b"\n")
+    pid = int(seen.split()[1])
+    # The secret is the command's (its environment), on no command line, and
+    # nowhere in the launcher's own environment.
+    assert SECRET.encode() in Path(f"/proc/{pid}/environ").read_bytes()
+    for where in (f"/proc/{pid}/cmdline", f"/proc/{proc.pid}/cmdline"):
+        assert SECRET.encode() not in Path(where).read_bytes(), where
+    try:
+        launcher_env = Path(f"/proc/{proc.pid}/environ").read_bytes()
+    except PermissionError:
+        launcher_env = b""  # not dumpable, and we are not root: not readable
+    assert SECRET.encode() not in launcher_env
+    assert b"SAPHAN_T_SECRET" not in launcher_env
+
+    proc.stdin.write(b"not-stop\nstop\n")
+    proc.stdin.flush()
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 7, err
+    assert b"got-hup" in seen + out
+    status = _status(r)
+    assert "saphan-launcher: exited code=7" in status
+    assert SECRET not in status and SECRET not in err.decode()
+
+
+def test_a_closed_lifeline_does_not_end_the_run() -> None:
+    proc, r = _framed(["/bin/sh", "-c", "trap 'exit 9' HUP; /bin/sleep 1; echo done; exit 5"])
+    started = time.monotonic()
+    out, err = proc.communicate(_frame(), timeout=30)  # closes the pipe at once
+    assert proc.returncode == 5, err
+    assert out == b"done\n" and time.monotonic() - started >= 1
+    assert "saphan-launcher: exited code=5" in _status(r)
+
+
+@pytest.mark.parametrize("frame", [
+    b"saphan-frame 2\n" + _env("A", SECRET.encode()) + b"end\n",
+    _frame(_env("A", SECRET.encode()), _env("A", SECRET.encode())),
+    _frame(_env("TMPDIR", SECRET.encode())),
+    _frame(_env("A", SECRET[:6].encode() + b"\0" + SECRET[6:].encode())),
+    _frame(b"env A 4\n" + SECRET.encode() + b"\n"),  # LEN too small
+    b"saphan-frame 1\n" + f"env A {len(SECRET) + 9}\n".encode() + SECRET.encode(),
+    b"saphan-frame 1\n" + _env("A", SECRET.encode()),  # no end line
+    _frame(b"keep 9A\n"),
+    _frame(b"env A +3\nabc"),
+    _frame(_stdin(b"x"), _stdin(SECRET.encode())),
+])
+def test_a_bad_frame_is_refused_policy_invalid_without_the_value(
+        frame: bytes, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    proc, r = _framed(["/bin/sh", "-c", f"touch {marker}"])
+    out, err = proc.communicate(frame, timeout=30)
+    status = _status(r)
+    assert proc.returncode == 3, err
+    assert "saphan-launcher: refused [policy-invalid] the --stdin-frame frame" in status
+    assert not marker.exists()
+    for text in (out.decode(errors="replace"), err.decode(errors="replace"), status):
+        for piece in (SECRET, SECRET[4:], SECRET[:6]):
+            assert piece not in text, text
+
+
+def test_a_launcher_that_fails_its_digest_never_reads_the_frame() -> None:
+    frame = _frame(_env("SAPHAN_T_SECRET", SECRET.encode())) + b"stop\n"
+    fr, fw = os.pipe()
+    os.write(fw, frame)
+    os.close(fw)
+    try:
+        proc, r = _framed(["/bin/true"], expect_sha256="0" * 64, stdin=fr)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 3, err
+        assert "refused [digest-mismatch]" in _status(r)
+        assert os.read(fr, 65536) == frame  # every byte still in the pipe
+    finally:
+        os.close(fr)

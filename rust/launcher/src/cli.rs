@@ -4,14 +4,18 @@
 //! then the command and its arguments (never interpreted):
 //!
 //! ```text
-//! saphan-launcher exec [--status-fd N] [--expect-sha256 HEX] --policy JSON -- CMD [ARGS...]
-//! saphan-launcher reap [--status-fd N] [--expect-sha256 HEX] -- CMD [ARGS...]
+//! saphan-launcher exec [--status-fd N] [--expect-sha256 HEX] [--stdin-frame] --policy JSON -- CMD [ARGS...]
+//! saphan-launcher reap [--status-fd N] [--expect-sha256 HEX] [--stdin-frame] -- CMD [ARGS...]
 //! ```
 //!
 //! Options may come in any order before `--`, each at most once, as
 //! `--opt VALUE` or `--opt=VALUE`. `--status-fd` is a descriptor number of 3
 //! or more; `--expect-sha256` is exactly 64 lowercase hex digits (the digest
 //! the launcher must find on `/proc/self/exe`, see `commands::launch`).
+//! `--stdin-frame` is a flag and takes no value (`--stdin-frame=X` is a
+//! usage error): the launcher reads a frame from fd 0 (the command's
+//! environment and stdin, see `frame`), and the rest of fd 0 is the run's
+//! lifeline.
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -21,8 +25,10 @@ usage: saphan-launcher --version
        saphan-launcher probe
        saphan-launcher sha256 FILE
        saphan-launcher custody
-       saphan-launcher exec [--status-fd N] [--expect-sha256 HEX] --policy JSON -- CMD [ARGS...]
-       saphan-launcher reap [--status-fd N] [--expect-sha256 HEX] -- CMD [ARGS...]
+       saphan-launcher exec [--status-fd N] [--expect-sha256 HEX] [--stdin-frame]
+                            --policy JSON -- CMD [ARGS...]
+       saphan-launcher reap [--status-fd N] [--expect-sha256 HEX] [--stdin-frame]
+                            -- CMD [ARGS...]
 
 exec confines itself with Landlock, then supervises CMD; reap supervises CMD
 without a domain. Either way, when CMD exits every process it left behind is
@@ -31,6 +37,19 @@ killed, and the launcher exits with CMD's status (128+signal when killed).
 --expect-sha256 HEX: the launcher hashes the file it runs from (/proc/self/exe)
   first and refuses (digest-mismatch, exit 3) unless it is HEX (64 lowercase
   hex digits); on a match it reports `saphan-launcher: self sha256=HEX`.
+--stdin-frame: after those checks pass (and before the policy is applied) the
+  launcher reads a frame from fd 0, exactly up to its `end` line:
+    saphan-frame 1
+    keep NAME             the command gets NAME with the launcher's value
+    env NAME LEN          then LEN bytes: the command gets NAME=those bytes
+    stdin LEN             then LEN bytes: the command's stdin (at most once)
+    end
+  NAME is [A-Za-z_][A-Za-z0-9_]* (at most 255 bytes, once, never TMPDIR), LEN
+  decimal digits; an env value is at most 1 MiB, stdin at most 16 MiB. The
+  command's environment is only that (plus TMPDIR under exec), its stdin
+  /dev/null without a stdin item. A bad frame is refused (policy-invalid,
+  exit 3). The rest of fd 0 is the lifeline: a line `stop` sends the command
+  SIGHUP; end of input stops nothing.
 
 exit codes: 0 ok, 1 I/O error, 2 usage error, 3 refusal, 127 the command could not be
 executed; otherwise the command's own status";
@@ -59,6 +78,8 @@ pub struct Launch {
     pub status_fd: Option<i32>,
     /// The SHA-256 the running launcher must have (64 lowercase hex digits).
     pub expect_sha256: Option<String>,
+    /// `--stdin-frame`: read the command's environment and stdin from fd 0.
+    pub stdin_frame: bool,
     pub cmd: OsString,
     pub args: Vec<OsString>,
 }
@@ -109,13 +130,15 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
     }
 }
 
-/// The options of `exec` (`--policy`, `--status-fd`, `--expect-sha256`) and
-/// `reap` (`--status-fd`, `--expect-sha256`), then `--`, then the command.
+/// The options of `exec` (`--policy`, `--status-fd`, `--expect-sha256`,
+/// `--stdin-frame`) and `reap` (the same but `--policy`), then `--`, then
+/// the command.
 fn parse_launch(verb: &str, rest: Vec<OsString>) -> Result<Launch, UsageError> {
     let wants_policy = verb == "exec";
     let mut policy: Option<String> = None;
     let mut status_fd: Option<i32> = None;
     let mut expect_sha256: Option<String> = None;
+    let mut stdin_frame = false;
     let mut it = rest.into_iter();
     loop {
         let Some(arg) = it.next() else {
@@ -127,6 +150,16 @@ fn parse_launch(verb: &str, rest: Vec<OsString>) -> Result<Launch, UsageError> {
             break;
         }
         let arg = utf8(arg, &format!("an `{verb}` option"))?;
+        if arg == "--stdin-frame" {
+            if stdin_frame {
+                return Err(UsageError("`--stdin-frame` given twice".to_owned()));
+            }
+            stdin_frame = true;
+            continue;
+        }
+        if arg.starts_with("--stdin-frame=") {
+            return Err(UsageError("`--stdin-frame` takes no value".to_owned()));
+        }
         let (name, inline) = match arg.split_once('=') {
             Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
             _ => (arg.clone(), None),
@@ -168,6 +201,7 @@ fn parse_launch(verb: &str, rest: Vec<OsString>) -> Result<Launch, UsageError> {
         policy,
         status_fd,
         expect_sha256,
+        stdin_frame,
         cmd,
         args: it.collect(),
     })
@@ -321,6 +355,7 @@ mod tests {
                 policy: Some("{\"a\":1}".to_owned()),
                 status_fd: None,
                 expect_sha256: None,
+                stdin_frame: false,
                 cmd: "/bin/sh".into(),
                 args: vec!["-c".into(), "echo --".into(), "--".into()],
             }))
@@ -331,6 +366,7 @@ mod tests {
                 policy: Some("{}".to_owned()),
                 status_fd: None,
                 expect_sha256: None,
+                stdin_frame: false,
                 cmd: "claude".into(),
                 args: vec!["-p".into()],
             }))
@@ -343,6 +379,7 @@ mod tests {
             policy: Some("{\"a\":1}".to_owned()),
             status_fd: Some(7),
             expect_sha256: None,
+            stdin_frame: false,
             cmd: "/bin/sh".into(),
             args: vec!["-c".into(), "exit 3".into()],
         });
@@ -365,6 +402,7 @@ mod tests {
                 policy: None,
                 status_fd: None,
                 expect_sha256: None,
+                stdin_frame: false,
                 cmd: "sh".into(),
                 args: vec!["-c".into(), "--status-fd".into()],
             }))
@@ -375,6 +413,7 @@ mod tests {
                 policy: None,
                 status_fd: Some(9),
                 expect_sha256: None,
+                stdin_frame: false,
                 cmd: "true".into(),
                 args: vec![],
             }))
@@ -385,6 +424,7 @@ mod tests {
                 policy: None,
                 status_fd: Some(3),
                 expect_sha256: None,
+                stdin_frame: false,
                 cmd: "true".into(),
                 args: vec![],
             }))
@@ -438,6 +478,7 @@ mod tests {
                 policy: None,
                 status_fd: None,
                 expect_sha256: Some(DIGEST.to_owned()),
+                stdin_frame: false,
                 cmd: "true".into(),
                 args: vec![],
             }))
@@ -509,6 +550,83 @@ mod tests {
             let args = [&[verb][..], policy, &["--expect-sha256", "--", "x"]].concat();
             assert!(p(&args).is_err(), "{args:?}");
             let args = [&[verb][..], policy, &["--expect-sha", DIGEST, "--", "x"]].concat();
+            assert!(p(&args).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn both_verbs_take_the_stdin_frame_flag_anywhere_before_the_double_dash() {
+        for verb in ["exec", "reap"] {
+            let policy: &[&str] = if verb == "exec" {
+                &["--policy", "{}"]
+            } else {
+                &[]
+            };
+            for args in [
+                [
+                    &[verb][..],
+                    &["--stdin-frame"],
+                    policy,
+                    &["--status-fd", "4"],
+                ]
+                .concat(),
+                [&[verb][..], policy, &["--stdin-frame"]].concat(),
+                [
+                    &[verb][..],
+                    &["--expect-sha256", DIGEST],
+                    &["--stdin-frame"],
+                    policy,
+                ]
+                .concat(),
+            ] {
+                let mut args = args.clone();
+                args.extend(["--", "/bin/sh", "--stdin-frame"]);
+                let l = launch_of(p(&args));
+                assert!(l.stdin_frame, "{args:?}");
+                assert_eq!(l.cmd, OsString::from("/bin/sh"));
+                assert_eq!(l.args, vec![OsString::from("--stdin-frame")]);
+                assert_eq!(l.policy.is_some(), verb == "exec");
+            }
+            // Off unless given; after `--` it is the command's.
+            let args = [&[verb][..], policy, &["--", "/bin/true", "--stdin-frame"]].concat();
+            assert!(!launch_of(p(&args)).stdin_frame, "{args:?}");
+        }
+        assert_eq!(
+            p(&["reap", "--stdin-frame", "--", "true"]),
+            Ok(Command::Reap(Launch {
+                policy: None,
+                status_fd: None,
+                expect_sha256: None,
+                stdin_frame: true,
+                cmd: "true".into(),
+                args: vec![],
+            }))
+        );
+    }
+
+    #[test]
+    fn the_stdin_frame_flag_takes_no_value_and_comes_once() {
+        for verb in ["exec", "reap"] {
+            let policy: &[&str] = if verb == "exec" {
+                &["--policy", "{}"]
+            } else {
+                &[]
+            };
+            for (flags, want) in [
+                (
+                    &["--stdin-frame", "--stdin-frame"][..],
+                    "`--stdin-frame` given twice",
+                ),
+                (&["--stdin-frame=1"], "`--stdin-frame` takes no value"),
+                (&["--stdin-frame="], "`--stdin-frame` takes no value"),
+            ] {
+                let args = [&[verb][..], policy, flags, &["--", "/bin/true"]].concat();
+                assert_eq!(p(&args), Err(UsageError(want.to_owned())), "{args:?}");
+            }
+            // A value after the flag is not taken as its value.
+            let args = [&[verb][..], policy, &["--stdin-frame", "1", "--", "x"]].concat();
+            assert!(p(&args).is_err(), "{args:?}");
+            let args = [&[verb][..], policy, &["--stdin", "--", "x"]].concat();
             assert!(p(&args).is_err(), "{args:?}");
         }
     }

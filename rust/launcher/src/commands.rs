@@ -6,14 +6,27 @@
 //! With `--expect-sha256` either first proves what it is: it hashes the
 //! inode it runs from and refuses unless that is the expected launcher
 //! ([`verify_self`]).
+//!
+//! With `--stdin-frame` either then reads the command's environment and
+//! stdin from a frame on fd 0 (format in `frame`), and only once it has
+//! proved what it is: a swapped launcher never receives the secrets. The
+//! command's environment is cleared and holds only what the frame names
+//! (plus TMPDIR under `exec`), its stdin is the frame's stdin payload
+//! (written from a thread into a pipe) or /dev/null, never fd 0; the
+//! launcher never sets a variable on itself. The rest of fd 0 is the
+//! lifeline: a line `stop` makes the launcher send itself SIGHUP, which the
+//! supervisor forwards to the command like any SIGHUP sent with kill(2);
+//! end of input stops nothing.
 #![forbid(unsafe_code)]
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::process::{Child, Stdio};
 
 use serde::Serialize;
 
@@ -23,6 +36,7 @@ use saphan_core::landlock::{self, AbiProbe};
 use saphan_core::{policy, process, BinaryCustodyError, RefusalClass};
 
 use crate::cli::Launch;
+use crate::frame::{self, Frame, Secret};
 use crate::refusal::{Refusal, EXIT_REFUSED};
 use crate::supervise::{Outcome, StartError, Supervisor};
 
@@ -331,15 +345,25 @@ pub fn exited_line(outcome: &Outcome) -> String {
 ///    cannot be read), else print `saphan-launcher: self sha256=HEX`;
 /// 4. a failed custody check (measured at entry) is refused here, so the
 ///    refusal reaches the status descriptor too;
-/// 5. `exec` only: [`prepare`] — parse the policy, apply the Landlock domain
+/// 5. with `--stdin-frame`: [`read_stdin_frame`] — read the frame from fd 0
+///    (exactly up to its `end` line; a bad frame is refused
+///    `policy-invalid`, naming the item, never a value), clear the
+///    command's environment and set what the frame names;
+/// 6. `exec` only: [`prepare`] — parse the policy, apply the Landlock domain
 ///    to the launcher itself (so everything it forks is inside), print the
 ///    confirmation line, enter the workdir, create the scratch directory
 ///    without following links, verify a pinned digest;
-/// 6. become a child subreaper, spawn the command (for `exec`: TMPDIR set,
+/// 7. become a child subreaper, spawn the command (for `exec`: TMPDIR set,
 ///    and a scope-only domain nested in the launcher's from ABI 6),
 ///    forward SIGTERM/SIGINT/SIGHUP to it, wait for it, then SIGKILL every
 ///    process it left behind ([`Supervisor`]);
-/// 7. `saphan-launcher: exited code=N reaped=M`, and exit with the
+///    with `--stdin-frame`, once the command is started: a thread writes the
+///    frame's stdin payload into the command's stdin pipe (then closes it
+///    and zeroes the buffer), and a thread reads the lifeline (the rest of
+///    fd 0; `stop` → SIGHUP to the launcher itself, forwarded). Both are
+///    started after the signals are blocked, so they inherit the mask, and
+///    neither is joined: the launcher exits when the command's run ends;
+/// 8. `saphan-launcher: exited code=N reaped=M`, and exit with the
 ///    command's status (128+signal when it was killed; 127 with
 ///    `code=127 reaped=0` when it could not be executed).
 ///
@@ -382,8 +406,24 @@ pub fn launch(custody: Result<(), &Refusal>, launch: Launch, confine: bool) -> E
         return status.refuse(r);
     }
 
+    // Only now, with the launcher proved (digest, custody), may it receive
+    // the secrets; and before the policy is applied, so a refusal there
+    // still comes after the frame was consumed whole.
+    let framed = if launch.stdin_frame {
+        match read_stdin_frame() {
+            Ok(framed) => Some(framed),
+            Err(r) => return status.refuse(&r),
+        }
+    } else {
+        None
+    };
+
     let mut command = std::process::Command::new(&launch.cmd);
     command.args(&launch.args);
+    let (stdin_payload, lifeline) = match framed {
+        Some((frame, fd0)) => (apply_frame(&mut command, frame), Some(fd0)),
+        None => (None, None),
+    };
     let mut nested_domain = None;
     if confine {
         let policy = launch.policy.as_deref().unwrap_or_default();
@@ -400,7 +440,15 @@ pub fn launch(custody: Result<(), &Refusal>, launch: Launch, confine: bool) -> E
         Ok(s) => s,
         Err(e) => return status.refuse(&start_refusal(&e)),
     };
-    let outcome = match supervisor.run(command, nested_domain) {
+    let after_spawn = |child: &mut Child| {
+        if let (Some(payload), Some(pipe)) = (stdin_payload, child.stdin.take()) {
+            feed_stdin(pipe, payload);
+        }
+        if let Some(fd0) = lifeline {
+            start_lifeline(fd0);
+        }
+    };
+    let outcome = match supervisor.run(command, nested_domain, after_spawn) {
         Ok(outcome) => outcome,
         Err(StartError::Spawn(err)) => {
             eprintln!(
@@ -420,6 +468,104 @@ pub fn launch(custody: Result<(), &Refusal>, launch: Launch, confine: bool) -> E
     }
     status.line(&exited_line(&outcome));
     ExitCode::from(u8::try_from(outcome.code).unwrap_or(EXIT_IO))
+}
+
+/// Step 5 of [`launch`]: reads the frame from a duplicate of fd 0 (a plain
+/// `File`: std's `Stdin` buffers and would read past the frame), and
+/// returns it with that descriptor (close-on-exec), which the lifeline
+/// reads on.
+fn read_stdin_frame() -> Result<(Frame, File), Refusal> {
+    let fd0 = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| frame_refusal(&format!("fd 0 cannot be read: {e}")))?;
+    let mut fd0 = File::from(fd0);
+    let frame = frame::read_frame(&mut fd0).map_err(|e| frame_refusal(&e.0))?;
+    Ok((frame, fd0))
+}
+
+/// A frame that cannot be taken (the message never holds a value).
+fn frame_refusal(what: &str) -> Refusal {
+    Refusal::new(
+        RefusalClass::PolicyInvalid,
+        format!("the --stdin-frame frame on fd 0 is refused: {what}"),
+        format!(
+            "send `saphan-frame 1`, then `keep NAME`, `env NAME LEN` + LEN bytes and at most \
+             one `stdin LEN` + LEN bytes, then `end` (saphan-launcher --help); this launcher is \
+             saphan-launcher {}",
+            saphan_core::VERSION
+        ),
+    )
+}
+
+/// The command's environment and stdin from `frame`: the inherited
+/// environment is cleared, the kept names get the launcher's own values
+/// (when it has them), the env items their bytes; stdin is a pipe when the
+/// frame has a payload for it (returned, to be written once the command
+/// runs), /dev/null otherwise. The env values are zeroed as `frame` is
+/// dropped here (`Command` holds its own copies, freed when it is dropped
+/// after the spawn).
+fn apply_frame(command: &mut std::process::Command, frame: Frame) -> Option<Secret> {
+    let Frame { keep, env, stdin } = frame;
+    command.env_clear();
+    for name in &keep {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    for (name, value) in &env {
+        command.env(name, OsStr::from_bytes(value.bytes()));
+    }
+    drop(env);
+    command.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    stdin
+}
+
+/// Writes `payload` into the command's stdin from a thread (a payload
+/// larger than the pipe cannot deadlock the supervisor), then closes the
+/// pipe and zeroes the buffer. A command that exits without reading ends
+/// the write (EPIPE; SIGPIPE is ignored in the launcher).
+fn feed_stdin(mut pipe: std::process::ChildStdin, payload: Secret) {
+    let spawned = std::thread::Builder::new()
+        .name("stdin-frame".to_owned())
+        .spawn(move || {
+            let _ = pipe.write_all(payload.bytes());
+            drop(pipe);
+            drop(payload);
+        });
+    if let Err(e) = spawned {
+        // The closure (pipe and payload) was dropped: the command reads
+        // end of input at once.
+        let _ = writeln!(
+            std::io::stderr(),
+            "saphan-launcher: cannot start the stdin writer: {e}"
+        );
+    }
+}
+
+/// Starts the lifeline thread on the rest of fd 0: a line `stop` sends
+/// SIGHUP to the launcher itself (process-directed, SI_USER), which the
+/// supervisor takes and forwards to the command; end of input or a read
+/// error ends the thread and stops nothing. The thread is never joined.
+fn start_lifeline(fd0: File) {
+    let me = i32::try_from(std::process::id()).unwrap_or(-1);
+    let spawned = std::thread::Builder::new()
+        .name("lifeline".to_owned())
+        .spawn(move || {
+            frame::watch_lifeline(fd0, || {
+                let _ = process::send_signal(me, process::SIGHUP);
+            });
+        });
+    if let Err(e) = spawned {
+        let _ = writeln!(
+            std::io::stderr(),
+            "saphan-launcher: cannot start the lifeline reader (a `stop` will not be heard): {e}"
+        );
+    }
 }
 
 /// The line a launcher that proved its digest prints.
@@ -460,7 +606,7 @@ struct Prepared {
     nested_domain: Option<OwnedFd>,
 }
 
-/// Step 4 of [`launch`] for `exec`.
+/// Step 6 of [`launch`] for `exec`.
 ///
 /// 1. parse the policy (an unknown key is refused by name);
 /// 2. refuse a pinned digest on a command that is not an absolute path;

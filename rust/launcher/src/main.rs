@@ -22,10 +22,16 @@
 //! `/proc/self/exe` (the inode actually running) and refuse
 //! `digest-mismatch` unless it is HEX, then print
 //! `saphan-launcher: self sha256=HEX` (on the status descriptor too).
+//!
+//! Secrets: with `--stdin-frame` `exec` and `reap` read the command's
+//! environment and stdin from a frame on fd 0, after those checks and
+//! before the policy (see `frame` and `commands::launch`); the rest of fd 0
+//! is the run's lifeline (`stop` → SIGHUP to the command).
 #![forbid(unsafe_code)]
 
 mod cli;
 mod commands;
+mod frame;
 mod refusal;
 mod supervise;
 

@@ -97,15 +97,24 @@ impl Supervisor {
     /// `nested_domain`: a scope-only Landlock ruleset the command is
     /// restricted with between fork and exec (see
     /// `saphan_core::landlock::nested_scope_ruleset`).
+    /// `after_spawn` runs once the command is started, before the wait (it
+    /// may take the child's stdin pipe, and start threads: a thread started
+    /// there inherits the blocked signals, so a process-directed signal is
+    /// still taken here). `command` is dropped right after the spawn, so
+    /// its copy of the environment does not live on through the run.
     pub fn run(
         &self,
         mut command: Command,
         nested_domain: Option<OwnedFd>,
+        after_spawn: impl FnOnce(&mut std::process::Child),
     ) -> Result<Outcome, StartError> {
         process::prepare_supervised_child(&mut command, nested_domain)
             .map_err(|e| StartError::Setup("the child's signal mask", e))?;
-        let child = command.spawn().map_err(StartError::Spawn)?;
+        let spawned = command.spawn();
+        drop(command);
+        let mut child = spawned.map_err(StartError::Spawn)?;
         let pid = i32::try_from(child.id()).unwrap_or(-1);
+        after_spawn(&mut child);
         // The child is reaped with waitpid(-1) below, never through `child`.
         drop(child);
         let end = self.wait_for(pid);
