@@ -139,17 +139,24 @@ def test_slot_set_options(saphan: Saphan) -> None:
 @pytest.mark.usefixtures("bwrap_available")
 def test_agent_lane_mismatch_refused_before_launch(saphan_sqlite: Saphan, claude_bin: str,
                                                    tmp_path: Path) -> None:
-    """The Claude lane checks the pin too: the binary is digested, never started."""
+    """The Claude lane checks the pin too: the binary is digested, never started.
+    (The slot's endpoint is a scripted server: the auth pre-flight before the
+    seat accepts the key there, and no request leaves this host.)"""
+    from tools.model_servers import MessagesServer
+
     s = saphan_sqlite
-    s.ok("machine", "add", "here", "--local")
-    s.ok("slot", "add", "here", "cl", "--tool", "claude", "--pin-sha256", OTHER)
     home = tmp_path / "home"
     home.mkdir()
     env = s.env(HOME=str(home), SAPHAN_CLAUDE_BIN=claude_bin, ANTHROPIC_API_KEY="sk-ant-test")
     wd = tmp_path / "wd"
     wd.mkdir()
-    r = s("run", "--machine", "here", "--slot", "cl", "--workdir", str(wd), "--prompt", "hi",
-          env=env, timeout=120)
+    with MessagesServer([("text", "never")]) as srv:
+        s.ok("machine", "add", "here", "--local")
+        s.ok("slot", "add", "here", "cl", "--tool", "claude", "--pin-sha256", OTHER,
+             "--endpoint", srv.base_url)
+        r = s("run", "--machine", "here", "--slot", "cl", "--workdir", str(wd), "--prompt",
+              "hi", env=env, timeout=120)
+    assert srv.requests == []  # the pre-flight's GET only: nothing was posted
     assert r.code == 3, r.err
     real = os.path.realpath(claude_bin)
     assert "refused [digest-mismatch]" in r.err and real in r.err

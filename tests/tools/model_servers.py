@@ -14,6 +14,13 @@ message — and records every request body so a test can read what the CLI sent
   (``POST …/chat/completions``, non-streaming), which saphan's own loop
   speaks to a lane, as llama.cpp, vLLM and Ollama serve it.
 
+Every server takes ``host`` (the address it binds, default ``127.0.0.1``:
+a far host's test binds the control plane's veth address), ``reject_auth``
+(every request, GET and POST, answers HTTP 401 with an error body in the
+protocol's shape — a revoked key) and ``models_status`` (what a GET of the
+models listing answers: 200 with a small listing, or that status). A GET's
+headers are kept in :attr:`_Server.get_headers` (the auth pre-flight's).
+
 A turn is ``("shell", "<command line>")``, ``("write", path, content)`` (Claude's
 Write tool), ``("tool", name, json_input)`` (any tool of Claude's, by name) or
 ``("text", "<final message>")``. A request after the script is
@@ -33,8 +40,16 @@ Turn = tuple[str, ...]
 
 
 class _Server:
-    def __init__(self, script: list[Turn]):
+    def __init__(self, script: list[Turn], *, host: str = "127.0.0.1",
+                 reject_auth: bool = False, models_status: int = 200):
         self.script = list(script)
+        self.host = host
+        #: every request answers 401 (an error body in the protocol's shape)
+        self.reject_auth = reject_auth
+        #: what a GET of the models listing answers (200: a small listing)
+        self.models_status = models_status
+        #: the headers of every GET, in order (the auth pre-flight's)
+        self.get_headers: list[dict[str, str]] = []
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
         #: the headers of every POST, in order (a test reads Authorization)
@@ -52,7 +67,12 @@ class _Server:
                 return
 
             def do_GET(self) -> None:  # model listings and health probes
-                owner.paths.append("GET " + self.path)
+                with owner._lock:
+                    owner.paths.append("GET " + self.path)
+                    owner.get_headers.append(dict(self.headers.items()))
+                if owner.reject_auth:
+                    owner.reject(self)
+                    return
                 owner.on_get(self)
 
             def do_HEAD(self) -> None:
@@ -72,9 +92,12 @@ class _Server:
                     owner.requests.append(body)
                     owner.headers.append(dict(self.headers.items()))
                     owner.bodies.append(raw)
+                if owner.reject_auth:
+                    owner.reject(self)
+                    return
                 owner.on_post(self, body)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
         self.port = int(self.httpd.server_address[1])
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -88,7 +111,7 @@ class _Server:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def next_turn(self, turns_so_far: int) -> Turn:
         if turns_so_far < len(self.script):
@@ -98,8 +121,30 @@ class _Server:
     def new_id(self, prefix: str) -> str:
         return f"{prefix}_{next(self._ids):04d}"
 
+    #: the models listing's path (under any base path)
+    MODELS_PATH = "/models"
+
     def on_get(self, h: BaseHTTPRequestHandler) -> None:
+        if h.path.split("?")[0].rstrip("/").endswith(self.MODELS_PATH):
+            if self.models_status != 200:
+                _json(h, self.models_status, self.error_body(self.models_status, "scripted"))
+                return
+            _json(h, 200, self.listing())
+            return
         _json(h, 200, {"object": "list", "data": []})
+
+    def listing(self) -> dict[str, Any]:
+        """A small models listing (OpenAI's shape)."""
+        return {"object": "list", "data": [{"id": "scripted-model", "object": "model",
+                                            "created": 0, "owned_by": "scripted"}]}
+
+    def error_body(self, code: int, message: str) -> dict[str, Any]:
+        """An error body in the protocol's shape (OpenAI's)."""
+        kind = {401: "invalid_api_key", 403: "permission_denied"}.get(code, "error")
+        return {"error": {"message": message, "type": kind, "code": kind}}
+
+    def reject(self, h: BaseHTTPRequestHandler) -> None:
+        _json(h, 401, self.error_body(401, "Incorrect API key provided (scripted rejection)"))
 
     def on_post(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         raise NotImplementedError
@@ -149,8 +194,8 @@ class ResponsesServer(_Server):
     SUBAGENT_MARKER = "[scripted sub-agent task]"
 
     def __init__(self, script: list[Turn], *,
-                 usage: dict[str, Any] | None = None) -> None:
-        super().__init__(script)
+                 usage: dict[str, Any] | None = None, **kw: Any) -> None:
+        super().__init__(script, **kw)
         self.usage: dict[str, Any] = usage or {
             "input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
             "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
@@ -272,6 +317,21 @@ class MessagesServer(_Server):
     #: a sub-agent's task holding this text (the prompt of a scripted
     #: ``Agent`` call) marks that agent's requests
     SUBAGENT_MARKER = "[scripted sub-agent task]"
+
+    def listing(self) -> dict[str, Any]:
+        """A small models listing (Anthropic's shape)."""
+        return {"data": [{"type": "model", "id": "claude-scripted", "display_name": "Scripted",
+                          "created_at": "2026-01-01T00:00:00Z"}],
+                "has_more": False, "first_id": "claude-scripted", "last_id": "claude-scripted"}
+
+    def error_body(self, code: int, message: str) -> dict[str, Any]:
+        """An error body in the protocol's shape (Anthropic's)."""
+        kind = {401: "authentication_error", 403: "permission_error",
+                404: "not_found_error"}.get(code, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
+
+    def reject(self, h: BaseHTTPRequestHandler) -> None:
+        _json(h, 401, self.error_body(401, "invalid x-api-key (scripted rejection)"))
 
     def on_post(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         path = h.path.split("?")[0]

@@ -584,8 +584,13 @@ def test_the_users_openai_base_url_does_not_reroute_the_run(
     with ResponsesServer([("text", "done")]) as elsewhere:
         _user_config(codex_home, f'openai_base_url = "{elsewhere.base_url}/v1"\n')
         _codex_slot(s, None)
-        env = s.env(CODEX_HOME=codex_home, HOME=str(home), OPENAI_API_KEY="sk-test",
-                    SAPHAN_CODEX_BIN=codex_bin)
+        # The seat's login file (`codex login --with-api-key` writes it), not a
+        # variable: saphan's auth pre-flight does not check a login file, so
+        # this test sends no key to api.openai.com from saphan itself.
+        Path(codex_home, "auth.json").write_text(json.dumps({"OPENAI_API_KEY": "sk-test"}))
+        env = {k: v for k, v in s.env(CODEX_HOME=codex_home, HOME=str(home),
+                                      SAPHAN_CODEX_BIN=codex_bin).items()
+               if k not in ("OPENAI_API_KEY", "CODEX_API_KEY")}
         run = ["run", "--machine", "here", "--slot", "cx", "--workdir", str(wd), "--prompt",
                "hi", "--max-seconds", "5", "--json"]
         r = s(*run, env=env, timeout=120)
@@ -595,6 +600,7 @@ def test_the_users_openai_base_url_does_not_reroute_the_run(
         assert elsewhere.paths == [], elsewhere.paths
     rec = json.loads(r.out)
     assert rec["endpoint"] == "https://api.openai.com/v1"
+    assert rec["auth"]["result"] == "the seat's login file, not checked by saphan"
     pinned = rec["enforced_by"]["pinned_settings"]
     assert 'model_provider="openai"' in pinned
     assert 'openai_base_url="https://api.openai.com/v1"' in pinned

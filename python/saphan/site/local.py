@@ -153,6 +153,11 @@ class LocalSite:
         self.network, self.network_lever = network.posture(
             pc.network if pc is not None else None, tool=adapter.tool,
             mechanism=self._mechanism(adapter))
+        from saphan.tools import auth  # the seat's credential against its endpoint
+
+        target = auth.target_for(adapter)  # None for a command slot
+        if target is not None:
+            base["auth"] = auth.check(target, where=self.slot.machine)
 
     def _mechanism(self, adapter: Adapter) -> str:
         """What will confine the run (before the seat: nothing is composed yet)."""
