@@ -214,10 +214,10 @@ def test_json_shapes(saphan: Saphan, tmp_path: Path) -> None:
         "m1", "local", "local", None, None)
     assert re.match(r"^\d{4}-\d\d-\d\dT[\d:.]+Z$", m["created_at"])
     shown = _canonical(s.ok("machine", "show", "m1", "--json"))
-    assert set(shown) == machine_keys | {"slots", "facts"}
+    assert set(shown) == machine_keys | {"slots", "facts", "agents"}
     assert shown["facts"] == {}
     slot_keys = {"machine", "slot", "tool", "max_sessions", "agent_sha256", "created_at",
-                 "endpoint", "model", "max_seconds", "max_turns"}
+                 "endpoint", "model", "max_seconds", "max_turns", "agent_path"}
     [slot] = _canonical(s.ok("slot", "list", "--json"))
     assert shown["slots"] == [slot]
     assert set(slot) == slot_keys

@@ -7,6 +7,7 @@ is "not found", never silently another launcher.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import time
@@ -97,14 +98,16 @@ def _stdin(payload: bytes) -> bytes:
 
 
 def _framed(argv: list[str], *, extra_env: dict[str, str] | None = None,
-            expect_sha256: str | None = None,
-            stdin: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
-    """Start ``saphan-launcher reap --status-fd N --stdin-frame -- ARGV`` with
-    its stdin a pipe (or the descriptor ``stdin``); returns the process and
-    the read end of the status pipe."""
+            expect_sha256: str | None = None, stdin: int | None = None,
+            policy: str | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``saphan-launcher reap --status-fd N --stdin-frame -- ARGV`` (with
+    ``policy``: ``exec --policy POLICY``) with its stdin a pipe (or the
+    descriptor ``stdin``); returns the process and the read end of the
+    status pipe."""
     require(LAUNCHER.is_file(), f"the built launcher at {LAUNCHER} (ci/setup builds it)")
     r, w = os.pipe()
-    args = [str(LAUNCHER), "reap", "--status-fd", str(w)]
+    verb = ["reap"] if policy is None else ["exec", "--policy", policy]
+    args = [str(LAUNCHER), *verb, "--status-fd", str(w)]
     if expect_sha256 is not None:
         args += ["--expect-sha256", expect_sha256]
     args += ["--stdin-frame", "--", *argv]
@@ -200,7 +203,6 @@ def test_a_closed_lifeline_does_not_end_the_run() -> None:
 @pytest.mark.parametrize("frame", [
     b"saphan-frame 2\n" + _env("A", SECRET.encode()) + b"end\n",
     _frame(_env("A", SECRET.encode()), _env("A", SECRET.encode())),
-    _frame(_env("TMPDIR", SECRET.encode())),
     _frame(_env("A", SECRET[:6].encode() + b"\0" + SECRET[6:].encode())),
     _frame(b"env A 4\n" + SECRET.encode() + b"\n"),  # LEN too small
     b"saphan-frame 1\n" + f"env A {len(SECRET) + 9}\n".encode() + SECRET.encode(),
@@ -223,6 +225,24 @@ def test_a_bad_frame_is_refused_policy_invalid_without_the_value(
             assert piece not in text, text
 
 
+def test_tmpdir_comes_from_the_frame_under_reap_and_never_under_exec(tmp_path: Path) -> None:
+    proc, r = _framed(["/bin/sh", "-c", 'echo "T=$TMPDIR"'])
+    out, err = proc.communicate(_frame(_env("TMPDIR", b"/w/.saphan-run/tmp")), timeout=30)
+    assert proc.returncode == 0, err
+    assert out == b"T=/w/.saphan-run/tmp\n"
+    _status(r)
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    policy = json.dumps({"version": 1, "workdir": str(wd), "writable": [str(wd)],
+                         "readable": "everything"})
+    marker = tmp_path / "ran"
+    proc, r = _framed(["/bin/sh", "-c", f"touch {marker}"], policy=policy)
+    out, err = proc.communicate(_frame(_env("TMPDIR", b"/elsewhere")), timeout=30)
+    assert proc.returncode == 3, err
+    assert "refused [policy-invalid]" in _status(r) and "TMPDIR" in err.decode()
+    assert not marker.exists()
+
+
 def test_a_launcher_that_fails_its_digest_never_reads_the_frame() -> None:
     frame = _frame(_env("SAPHAN_T_SECRET", SECRET.encode())) + b"stop\n"
     fr, fw = os.pipe()
@@ -230,7 +250,7 @@ def test_a_launcher_that_fails_its_digest_never_reads_the_frame() -> None:
     os.close(fw)
     try:
         proc, r = _framed(["/bin/true"], expect_sha256="0" * 64, stdin=fr)
-        out, err = proc.communicate(timeout=30)
+        _out, err = proc.communicate(timeout=30)
         assert proc.returncode == 3, err
         assert "refused [digest-mismatch]" in _status(r)
         assert os.read(fr, 65536) == frame  # every byte still in the pipe

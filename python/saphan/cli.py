@@ -233,10 +233,13 @@ def machine_show(ctx: click.Context, name: str, as_json: bool) -> None:
     """Show a machine, its slots and its measured (signed) facts."""
     engine = _engine(ctx)
     m = engine.machine(name)
+    slots = engine.slots(name)
+    facts = engine.machine_facts(name)
     value = {
         **m.as_dict(),
-        "slots": [s.as_dict() for s in engine.slots(name)],
-        "facts": engine.machine_facts(name),
+        "slots": [s.as_dict() for s in slots],
+        "facts": facts,
+        "agents": _agents_of(slots, facts),
     }
     if as_json:
         _emit_json(value)
@@ -252,6 +255,11 @@ def machine_show(ctx: click.Context, name: str, as_json: bool) -> None:
     for s in value["slots"]:
         click.echo(f"  {s['slot']}  tool={s['tool']}  max_sessions="
                    f"{s['max_sessions'] or '1 (default)'}")
+    click.echo("agents:" if value["agents"] else "agents: none delivered or configured")
+    for a in value["agents"]:
+        measured = (f"sha256 {a['sha256']}, {a['version']}" if a.get("sha256")
+                    else "digest and version measured there at every run")
+        click.echo(f"  {a['tool']}: {a['path']} ({a['source']}; {measured})")
     click.echo("facts:" if value["facts"] else "facts: none measured")
     for kind, fact in value["facts"].items():
         if "unverified_value" in fact:  # signed by a key not held here (records.foreign_fact)
@@ -264,6 +272,26 @@ def machine_show(ctx: click.Context, name: str, as_json: bool) -> None:
             continue
         click.echo(f"  {kind}: {_emit_compact(fact['value'])} "
                    f"(measured {fact['measured_at']})")
+
+
+def _agents_of(slots: list[Any], facts: dict[str, Any]) -> list[dict[str, Any]]:
+    """The agent binaries a machine's runs use: each one delivered there
+    (its signed row: path, digest and version measured there), and each
+    slot's --agent-path (measured there at every run)."""
+    from saphan.site.far_agent import AGENT_FACT_PREFIX
+
+    out: list[dict[str, Any]] = []
+    for kind, fact in sorted(facts.items()):
+        if kind.startswith(AGENT_FACT_PREFIX) and "value" in fact:
+            v = fact["value"]
+            out.append({"tool": kind[len(AGENT_FACT_PREFIX):], "path": v.get("path"),
+                        "sha256": v.get("sha256"), "version": v.get("version"),
+                        "source": f"delivered {fact['measured_at']}"})
+    for s in slots:
+        if s.agent_path is not None:
+            out.append({"tool": s.tool, "path": s.agent_path, "sha256": None,
+                        "version": None, "source": f"slot {s.name}'s --agent-path"})
+    return out
 
 
 @machine.command("probe-confinement")
@@ -297,10 +325,16 @@ def machine_probe_confinement(ctx: click.Context, name: str, as_json: bool) -> N
 @click.option("--probe", is_flag=True,
               help="Then measure each machine's Landlock level with the launcher just "
                    "installed (as probe-confinement does).")
+@click.option("--agent", type=click.Choice(["codex", "loop"]), default=None,
+              help="Deliver an agent instead of the launcher, into the same far directory's "
+                   "agents/: codex, its native binary (the one this host runs; codex slots "
+                   "there run it unless they name an --agent-path); loop, saphan's loop as "
+                   "one zipapp (loop slots there run it with their --agent-path Python).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def machine_deliver(
-    ctx: click.Context, names: tuple[str, ...], all_machines: bool, probe: bool, as_json: bool
+    ctx: click.Context, names: tuple[str, ...], all_machines: bool, probe: bool,
+    agent: str | None, as_json: bool
 ) -> None:
     """Install saphan-launcher on SSH machines, in parallel.
 
@@ -316,18 +350,20 @@ def machine_deliver(
     if as_json:
         from saphan.fleet.delivery import as_row
 
-        results = engine.deliver(list(names), all_machines=all_machines, probe=probe)
+        results = engine.deliver(list(names), all_machines=all_machines, probe=probe,
+                                 agent=agent)
         _emit_json([as_row(r) for r in results])
     else:
         with click.progressbar(
-            length=max(count, 1), label="delivering saphan-launcher", file=sys.stderr,
+            length=max(count, 1), label=f"delivering {agent or 'saphan-launcher'}",
+            file=sys.stderr,
             show_pos=True, item_show_func=lambda item: item,
         ) as bar:
             def done(res: dict[str, Any]) -> None:
                 bar.update(1, f"{res['machine']}: {res['result']}")
 
             results = engine.deliver(list(names), all_machines=all_machines, probe=probe,
-                                     on_done=done)
+                                     on_done=done, agent=agent)
         rows = []
         for res in results:
             landlock = ""
@@ -390,6 +426,12 @@ def _run_default_options(f: Any) -> Any:
         click.option("--max-turns", type=int, default=None, metavar="N",
                      help="claude, loop: the model-turn budget when `saphan run` gives none "
                           "(1..10000)."),
+        click.option("--agent-path", default=None, metavar="PATH",
+                     help="claude, codex, loop: the agent's absolute path on the slot's "
+                          "machine (never looked up on PATH there): Claude Code's executable, "
+                          "Codex's native binary (default on an SSH machine: the one `machine "
+                          "deliver --agent codex` installed), the loop's Python. Digest and "
+                          "version are measured there at every run."),
     )):
         f = opt(f)
     return f
@@ -398,7 +440,8 @@ def _run_default_options(f: Any) -> Any:
 def _defaults_text(s: Any) -> str:
     parts = [f"{k}={v}" for k, v in (("endpoint", s.endpoint), ("model", s.model),
                                       ("max_seconds", s.max_seconds),
-                                      ("max_turns", s.max_turns)) if v is not None]
+                                      ("max_turns", s.max_turns),
+                                      ("agent_path", s.agent_path)) if v is not None]
     return ", ".join(parts) if parts else "none"
 
 
@@ -416,7 +459,7 @@ def _defaults_text(s: Any) -> str:
 def slot_add(
     ctx: click.Context, machine_name: str, slot_name: str, tool: str, max_sessions: int | None,
     pin: str | None, endpoint: str | None, model: str | None, max_seconds: int | None,
-    max_turns: int | None,
+    max_turns: int | None, agent_path: str | None,
 ) -> None:
     """Add a slot to a machine.
 
@@ -426,7 +469,8 @@ def slot_add(
     """
     s = _engine(ctx).add_slot(machine_name, slot_name, tool=tool, max_sessions=max_sessions,
                               agent_sha256=pin, endpoint=endpoint, model=model,
-                              max_seconds=max_seconds, max_turns=max_turns)
+                              max_seconds=max_seconds, max_turns=max_turns,
+                              agent_path=agent_path)
     pinned = f", agent pinned to sha256 {s.agent_sha256}" if s.agent_sha256 else ""
     defaults = _defaults_text(s)
     extra = f", run defaults {defaults}" if defaults != "none" else ""
@@ -481,13 +525,15 @@ def slot_show(ctx: click.Context, machine_name: str, slot_name: str, as_json: bo
 @click.option("--unpin", is_flag=True, help="Remove the agent binary pin.")
 @_run_default_options
 @click.option("--unset", "unset", multiple=True,
-              type=click.Choice(["endpoint", "model", "max-seconds", "max-turns"]),
+              type=click.Choice(["endpoint", "model", "max-seconds", "max-turns",
+                                 "agent-path"]),
               help="Clear a run default (repeatable).")
 @click.pass_context
 def slot_set(
     ctx: click.Context, machine_name: str, slot_name: str, max_sessions: int | None,
     pin: str | None, unpin: bool, endpoint: str | None, model: str | None,
-    max_seconds: int | None, max_turns: int | None, unset: tuple[str, ...],
+    max_seconds: int | None, max_turns: int | None, agent_path: str | None,
+    unset: tuple[str, ...],
 ) -> None:
     """Change a slot's capacity, agent binary pin or run defaults (at least one)."""
     from saphan.errors import UserError
@@ -495,11 +541,12 @@ def slot_set(
     from saphan.tools.binaries import check_pin_format
 
     defaults = {"endpoint": endpoint, "model": model, "max_seconds": max_seconds,
-                "max_turns": max_turns}
+                "max_turns": max_turns, "agent_path": agent_path}
     touched = any(v is not None for v in defaults.values()) or bool(unset)
     if max_sessions is None and pin is None and not unpin and not touched:
         raise UserError("nothing to change: give --max-sessions N, --pin-sha256 HEX, --unpin, "
-                        "a run default (--endpoint, --model, --max-seconds, --max-turns) or "
+                        "a run default (--endpoint, --model, --max-seconds, --max-turns, "
+                        "--agent-path) or "
                         "--unset NAME")
     if pin is not None and unpin:
         raise UserError("give --pin-sha256 HEX or --unpin, not both")

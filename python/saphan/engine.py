@@ -95,12 +95,14 @@ class Engine:
         return probes.probe_confinement(self.ctx, name)
 
     def deliver(self, names: Sequence[str], *, all_machines: bool = False, probe: bool = False,
-                on_done: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-        """Deliver saphan-launcher to SSH machines in parallel (fleet/delivery.py)."""
+                on_done: Callable[[dict[str, Any]], None] | None = None,
+                agent: str | None = None) -> list[dict[str, Any]]:
+        """Deliver saphan-launcher (or ``agent``'s binary) to SSH machines in
+        parallel (fleet/delivery.py)."""
         from saphan.fleet import delivery
 
         return delivery.deliver(self.ctx, names, all_machines=all_machines, probe=probe,
-                                on_done=on_done)
+                                on_done=on_done, agent=agent)
 
     def ssh(self, m: Machine) -> SSHConnection:
         return self.ctx.ssh(m)

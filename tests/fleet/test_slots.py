@@ -202,3 +202,37 @@ def test_a_default_is_given_or_cleared_not_both(ctx: Context, m1: str) -> None:
     with pytest.raises(UserError, match="give --model or --unset model, not both"):
         slots.set_run_defaults(ctx, m1, "s", model="b", unset=("model",))
     assert ctx.slot(m1, "s") == before
+
+
+def test_every_tool_slot_add_accepts_is_one_run_can_run(ctx: Context) -> None:
+    """Tool by site: `slot add` refuses a tool on a site where `run` could
+    never run it, and accepts every other; an accepted slot's run passes
+    the cast's support check (run/request.check_fits)."""
+    from saphan.run.request import check_fits
+    from saphan.tools import TOOLS
+    from saphan.tools.launch import Request
+    from saphan.tools.registry import supports
+
+    machines.add_machine(ctx, "here", local=True)
+    far = ctx.store.add_machine(ctx.machine("here")._replace(
+        name="far", transport="ssh", ssh_user="u", ssh_host="10.0.0.1", ssh_port=22,
+        host_key="ssh-ed25519 AAAA"))
+    assert far
+    walked = []
+    for machine in ("here", "far"):
+        m = ctx.machine(machine)
+        for tool in TOOLS:
+            name = f"{tool}-{machine}"
+            if not supports(tool, m.transport):
+                with pytest.raises(UserError, match=f"{tool} does not run on ssh machines"):
+                    slots.add_slot(ctx, machine, name, tool=tool)
+                walked.append((tool, machine, "refused"))
+                continue
+            s = slots.add_slot(ctx, machine, name, tool=tool)
+            if tool == "command":
+                check_fits(s, m, ["true"], None, None)
+            else:
+                check_fits(s, m, [], Request(prompt="t"), None)
+            walked.append((tool, machine, "runs"))
+    assert ("claude", "far", "runs") in walked and ("codex", "far", "runs") in walked
+    assert len(walked) == 2 * len(TOOLS)

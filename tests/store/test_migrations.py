@@ -18,7 +18,7 @@ EXPECTED_COLUMNS = {
     "machines": ["name", "transport", "ssh_user", "ssh_host", "ssh_port", "identity_file",
                  "host_key", "created_at", "ssh_agent", "proxy_jump"],
     "slots": ["machine", "name", "tool", "max_sessions", "created_at", "agent_sha256", "endpoint",
-              "model", "max_seconds", "max_turns"],
+              "model", "max_seconds", "max_turns", "agent_path"],
     "runs": ["id", "machine", "slot", "session_ordinal", "state", "started_at", "finished_at",
              "holder_host", "holder_pid", "holder_start_ticks", "holder_boot_id", "tool",
              "workdir", "outcome", "exit_code", "refusal_class", "record_json"],

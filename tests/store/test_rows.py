@@ -33,10 +33,12 @@ def test_a_slots_capacity_is_its_max_sessions_or_one() -> None:
 
 
 def test_a_slot_shows_under_the_cli_names() -> None:
-    s = Slot.from_row(("m", "s", "claude", 3, "t", "ab" * 32, "http://e", "mo", 60, 5))
+    s = Slot.from_row(("m", "s", "claude", 3, "t", "ab" * 32, "http://e", "mo", 60, 5,
+                       "/opt/claude"))
     assert s.as_dict() == {"machine": "m", "slot": "s", "tool": "claude", "max_sessions": 3,
                            "agent_sha256": "ab" * 32, "endpoint": "http://e", "model": "mo",
-                           "max_seconds": 60, "max_turns": 5, "created_at": "t"}
+                           "max_seconds": 60, "max_turns": 5, "agent_path": "/opt/claude",
+                           "created_at": "t"}
     assert Slot("m", "s", "claude", None).agent_sha256 is None
 
 

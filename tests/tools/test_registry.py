@@ -17,9 +17,9 @@ def test_every_tool_has_its_sites() -> None:
 
 @pytest.mark.parametrize(("tool", "local", "ssh"), [
     ("command", True, True),
-    ("claude", True, False),
-    ("codex", True, False),
-    ("loop", True, False),
+    ("claude", True, True),
+    ("codex", True, True),
+    ("loop", True, True),
 ])
 def test_the_support_matrix(tool: str, local: bool, ssh: bool) -> None:
     assert supports(tool, "local") is local

@@ -77,6 +77,20 @@ def test_set_dumpable_reports_and_restores() -> None:
     assert local.set_dumpable(True) is True
 
 
+def test_the_libc_fallback_agrees_with_the_native_one() -> None:
+    """Where saphan's native extension is absent (the loop's zipapp on a
+    runner), prctl goes through libc: the same answers."""
+    from saphan import _native
+
+    assert local._set_dumpable_libc(False) is True
+    try:
+        assert _native.set_dumpable(False) is False  # the kernel's own state, read natively
+        assert local._set_dumpable_libc(False) is False
+    finally:
+        assert local._set_dumpable_libc(True) is False
+    assert _native.set_dumpable(True) is True
+
+
 def test_runs_from_a_worker_thread(tmp_path: Path) -> None:
     """An embedding program may run from a worker thread, where signal
     handlers cannot be set: nothing is installed there, and the run works."""

@@ -1,4 +1,5 @@
-"""Delivery of saphan-launcher to SSH machines (SPEC.md §9), in parallel."""
+"""Delivery of saphan-launcher — or an agent tool's single executable
+(``--agent codex``) — to SSH machines (SPEC.md §9), in parallel."""
 
 from __future__ import annotations
 
@@ -20,11 +21,15 @@ def deliver(
     all_machines: bool = False,
     probe: bool = False,
     on_done: Callable[[dict[str, Any]], None] | None = None,
+    agent: str | None = None,
 ) -> list[dict[str, Any]]:
     """Deliver saphan-launcher to SSH machines, in parallel (one thread and
     one connection per machine); with ``probe``, measure each machine's
-    Landlock level with the launcher just installed. Every signed row is
-    written here, on the calling thread. Returns one result per machine
+    Landlock level with the launcher just installed. ``agent``: deliver
+    that tool's single executable instead (site/far_agent.DELIVERABLE: the
+    one this host resolves, tools/binaries.py), into the workspace's far
+    ``agents/`` directory, its signed row ``agent:<tool>``. Every signed row
+    is written here, on the calling thread. Returns one result per machine
     (``result``: installed / refused / error), in the order given."""
     import subprocess
     from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -47,25 +52,52 @@ def deliver(
             )
     if not machines:
         raise UserError("there are no --ssh machines to deliver to; add one first")
-    path = launcher.path()
-    if path is None:
-        raise UserError("saphan-launcher not found; run ci/setup (it builds and packages it)")
-    from saphan import _native
+    from saphan.site import far_agent
 
-    with open(path, "rb") as f:
-        data = f.read()
-    sha = _native.sha256_file(path)
+    fact_kind, what = remote.FACT_KIND, remote.LAUNCHER_NAME
+    if agent is not None:
+        if agent not in far_agent.DELIVERABLE:
+            raise UserError(f"--agent {agent}: saphan delivers only single executables "
+                            f"({', '.join(far_agent.DELIVERABLE)}); give a {agent} slot its "
+                            "path on the machine with `saphan slot set MACHINE SLOT "
+                            "--agent-path PATH`")
+        if probe:
+            raise UserError("--probe measures with the launcher; deliver the launcher with "
+                            "--probe, the agent without it")
+        fact_kind, what = far_agent.agent_fact_kind(agent), agent
     import hashlib
 
-    if hashlib.sha256(data).hexdigest() != sha:
-        raise UserError(f"{path} changed while it was read; deliver again")
-    version = subprocess.run([path, "--version"], capture_output=True, text=True,
-                             timeout=30, check=False).stdout.strip()
+    if agent == "loop":
+        from saphan.loop import zipapp
+
+        # saphan's own modules, built the same byte for byte from this saphan
+        data = zipapp.build()
+        sha = hashlib.sha256(data).hexdigest()
+        version = zipapp.version()
+    else:
+        if agent is not None:
+            from saphan.tools import binaries
+
+            path: str | None = binaries.identify(agent).path
+        else:
+            path = launcher.path()
+        if path is None:
+            raise UserError("saphan-launcher not found; run ci/setup (it builds and packages "
+                            "it)")
+        from saphan import _native
+
+        with open(path, "rb") as f:
+            data = f.read()
+        sha = _native.sha256_file(path)
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise UserError(f"{path} changed while it was read; deliver again")
+        version = subprocess.run([path, "--version"], capture_output=True, text=True,
+                                 timeout=30, check=False).stdout.strip()
     key = ctx.record_key()
     previous: dict[str, str | None] = {}
     for x in machines:
         try:
-            prev = ctx.verified_fact(x.name, remote.FACT_KIND)
+            prev = ctx.verified_fact(x.name, fact_kind)
         except Refusal:
             prev = None
         previous[x.name] = prev[0].get("sha256") if prev else None
@@ -76,7 +108,7 @@ def deliver(
             with SSHConnection(x, connect_timeout=ctx.config.ssh_connect_timeout,
                                command_timeout=ctx.config.ssh_command_timeout) as conn:
                 got = remote.deliver(conn, data, root=remote.install_dir(key), sha256=sha,
-                                     version=version, previous=previous[x.name])
+                                     version=version, previous=previous[x.name], what=what)
                 out.update({"result": "installed", "path": got.path, "sha256": got.sha256,
                             "version": got.version})
                 if probe:
@@ -97,7 +129,7 @@ def deliver(
                          "version": res["version"], "transport": "ssh",
                          "measured_by": "sha256sum and --version on the machine itself"}
                 fact = facts.write(ctx.store, key, ctx.workspace.home,
-                                   ctx.machine(res["machine"]), remote.FACT_KIND, value,
+                                   ctx.machine(res["machine"]), fact_kind, value,
                                    now_iso())
                 res["delivered_at"] = fact.measured_at
             raw = res.pop("probe_raw", None)

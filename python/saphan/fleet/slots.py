@@ -4,8 +4,9 @@ and their run defaults.
 A slot's run defaults are what every run it hosts gets unless ``saphan run``
 names its own: the agent's model ``endpoint`` (claude: ``ANTHROPIC_BASE_URL``,
 set by saphan and taken from nowhere else; codex: the pinned provider's base
-URL), the ``model`` (claude, codex), and the budgets ``max_seconds`` (claude,
-codex, loop) and ``max_turns`` (claude, loop). Each applies only to the tools
+URL), the ``model`` (claude, codex), the budgets ``max_seconds`` (claude,
+codex, loop) and ``max_turns`` (claude, loop), and the ``agent_path``
+(claude, codex, loop): where the agent binary is on the slot's machine. Each applies only to the tools
 named; giving one to another tool is bad input, so a setting never sits on a
 slot doing nothing.
 """
@@ -31,6 +32,7 @@ DEFAULT_TOOLS: dict[str, tuple[str, ...]] = {
     "model": ("claude", "codex"),
     "max_seconds": ("claude", "codex", "loop"),
     "max_turns": ("claude", "loop"),
+    "agent_path": ("claude", "codex", "loop"),
 }
 
 
@@ -51,23 +53,46 @@ def check_run_defaults(tool: str, **given: Any) -> None:
             check_endpoint(value)
         elif field == "model":
             check_model(value)
+        elif field == "agent_path":
+            check_agent_path(value)
         else:
             lo, hi = MAX_SECONDS_RANGE if field == "max_seconds" else MAX_TURNS_RANGE
             if not lo <= value <= hi:
                 raise UserError(f"{_option(field)} {value} is out of range; give {lo}..{hi}")
 
 
+def check_agent_path(value: str) -> str:
+    """An agent path as a slot holds it: absolute, normal, printable (it is
+    never looked up on PATH, and it names a file on the slot's machine)."""
+    import posixpath
+
+    if (not value.startswith("/") or posixpath.normpath(value) != value
+            or value.startswith("//") or not value.isprintable() or value == "/"):
+        raise UserError(f"--agent-path {value!r} is not an absolute, normal path; give the "
+                        "agent's full path on the slot's machine (e.g. /opt/claude/bin/claude)")
+    return value
+
+
 def add_slot(
     ctx: Context, machine: str, slot: str, *, tool: str, max_sessions: int | None = None,
     agent_sha256: str | None = None, endpoint: str | None = None, model: str | None = None,
     max_seconds: int | None = None, max_turns: int | None = None,
+    agent_path: str | None = None,
 ) -> Slot:
     from saphan.tools.binaries import check_pin_format
 
     check_name("slot", slot)
-    ctx.machine(machine)
+    m = ctx.machine(machine)
     if tool not in TOOLS:
         raise UserError(f"--tool {tool!r} is unknown; choose one of {', '.join(TOOLS)}")
+    from saphan.tools.registry import SITES, site_of, supports
+
+    if not supports(tool, m.transport):
+        # a slot `run` could never run is not added (tools/registry.py)
+        where = site_of(m.transport)
+        raise UserError(f"{tool} does not run on {where} machines in this build (it runs on: "
+                        f"{', '.join(SITES.get(tool, ()))}); machine {machine!r} is "
+                        f"{'reached over SSH' if where == 'ssh' else 'this host'}")
     if max_sessions is not None and max_sessions < 1:
         raise UserError(
             f"--max-sessions {max_sessions} is below 1; give N >= 1, or omit it for one seat"
@@ -75,9 +100,9 @@ def add_slot(
     if agent_sha256 is not None:
         check_pin_format(agent_sha256)
     check_run_defaults(tool, endpoint=endpoint, model=model, max_seconds=max_seconds,
-                       max_turns=max_turns)
+                       max_turns=max_turns, agent_path=agent_path)
     s = Slot(machine, slot, tool, max_sessions, now_iso(), agent_sha256, endpoint, model,
-             max_seconds, max_turns)
+             max_seconds, max_turns, agent_path)
     if not ctx.store.add_slot(s):
         raise UserError(f"slot {slot!r} already exists on machine {machine!r}; pick another name")
     return s

@@ -68,11 +68,42 @@ ALLOWED_ARGV = AllowList(
 )
 
 
-def interpreter() -> AgentBinary:
-    """The Python that runs the loop inside the jail: this one, digested."""
+#: A far loop (site/far_agent.py): ``-I`` then the delivered zipapp's and the
+#: spec file's absolute paths (loop/zipapp.py).
+FAR_ALLOWED_ARGV = AllowList(
+    options={"-I": Option()},
+    positionals=lambda words: len(words) == 2 and all(w.startswith("/") for w in words),
+    says="two words: the delivered zipapp's and the spec file's absolute paths",
+    required=frozenset({"-I"}),
+)
+
+FAR_CHANNEL_NOTE = (
+    "the lane's key was read by the engine on the control plane (custody-checked), crossed "
+    "the SSH channel's stdin in the launcher's frame, and the launcher wrote it into a pipe "
+    "that is the jailed loop's stdin; the loop read it to EOF, put /dev/null on fd 0 and made "
+    "itself non-dumpable before its first tool call; it never rode argv, a far file or an "
+    "environment"
+)
+FAR_FILES_NOTE = (
+    "the lanes file and every lane's credential file are on the control plane only: nothing "
+    "of them is on the runner (Landlock denies no reads there)"
+)
+
+
+def interpreter(path: str | None = None) -> AgentBinary:
+    """The Python that runs the loop inside the jail: this one (or the
+    slot's ``--agent-path``), digested."""
     from saphan import __version__, _native
 
-    path = os.path.abspath(sys.executable)  # a venv's bin/python must stay the venv's
+    if path is not None and not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        from saphan import refusals
+
+        raise refusals.agent_binary_missing(
+            f"the slot's agent path {path} (the loop's Python) is not an executable file on "
+            "this machine", "point the slot at a Python that has saphan installed (`saphan "
+            "slot set MACHINE SLOT --agent-path PATH`)")
+    # a venv's bin/python must stay the venv's: not resolved
+    path = os.path.abspath(path if path is not None else sys.executable)
     return AgentBinary("loop", path, _native.sha256_file(os.path.realpath(path)),
                        f"saphan {__version__} loop on Python {platform.python_version()}")
 
@@ -100,6 +131,12 @@ class LoopAdapter(Adapter):
     out_dir: str = ""
     max_turns: int = DEFAULT_MAX_TURNS
     max_seconds: int = DEFAULT_MAX_SECONDS
+    #: a far run: the runner's name and the delivered zipapp there (its spec
+    #: is written into the run's far control directory by the far script,
+    #: its result read back from ``out_dir`` there: site/ssh.py)
+    far_machine: str | None = None
+    far_zipapp: str | None = None
+    far_prompt: str = field(default="", repr=False)
 
     tool = "loop"
     allowed_argv = ALLOWED_ARGV
@@ -131,12 +168,18 @@ class LoopAdapter(Adapter):
         return scrubbed(env, self.scrub_env,
                         [k.decode("ascii") for k in (self.secret, *self.scrub_values)])
 
-    def argv(self, policy: Policy) -> list[str]:
+    def spec_bytes(self, policy: Policy) -> bytes:
+        """The loop's spec (its task and lane; never the key), as written."""
+        return (json.dumps(self._spec(policy), indent=2, sort_keys=True) + "\n").encode()
+
+    def _spec(self, policy: Policy) -> dict[str, Any]:
         pc = self.instruction.permission_class
-        spec = {
+        prompt = (self.far_prompt if self.far_machine is not None
+                  else Path(self.instruction.prompt_path).read_text(encoding="utf-8"))
+        return {
             "lane": self.lane.name, "base_url": self.lane.base_url, "model": self.lane.model,
             "timeout": self.lane.timeout, "retries": RETRIES,
-            "prompt": Path(self.instruction.prompt_path).read_text(encoding="utf-8"),
+            "prompt": prompt,
             "workdir": policy.workdir,
             "allowed_commands": list(pc.commands) if pc is not None else None,
             # an allowed command resolving in here is refused (loop/tools.py)
@@ -146,10 +189,25 @@ class LoopAdapter(Adapter):
             "transcript": os.path.join(self.out_dir, "transcript.jsonl"),
             "result": os.path.join(self.out_dir, "loop-result.json"),
         }
+
+    def argv(self, policy: Policy) -> list[str]:
+        if self.far_machine is not None:
+            assert self.far_zipapp is not None
+            return [self.binary.path, "-I", self.far_zipapp, self.spec_path]
         # Written outside the writable set (the run directory): the loop reads it.
-        with open(self.spec_path, "w", encoding="utf-8") as f:
-            json.dump(spec, f, indent=2, sort_keys=True)
+        with open(self.spec_path, "wb") as f:
+            f.write(self.spec_bytes(policy))
         return [self.binary.path, "-I", "-m", "saphan.loop.agent", self.spec_path]
+
+    def guard(self, final_argv: list[str], agent_at: int = 0) -> None:
+        if self.far_machine is None:
+            super().guard(final_argv, agent_at)
+            return
+        from saphan.tools import argv_guard
+
+        argv_guard.check(final_argv, tool=self.tool, model=self.instruction.model,
+                         resume_session=None, allowed=FAR_ALLOWED_ARGV,
+                         binary=self.binary.path, agent_at=agent_at)
 
     def record(self, policy: Policy) -> dict[str, Any]:
         out = super().record(policy)
@@ -164,6 +222,10 @@ class LoopAdapter(Adapter):
             "env_scrubbed": list(self.scrub_env),
             "credential_channel": CHANNEL_NOTE,
         }
+        if self.far_machine is not None:
+            out["blinding"].update({"read_denied": [], "lane_files": FAR_FILES_NOTE,
+                                    "credential_channel": FAR_CHANNEL_NOTE})
+            out["zipapp"] = self.far_zipapp
         out["budgets"] = {"max_turns": self.max_turns, "max_seconds": self.max_seconds,
                           "command_timeout": COMMAND_TIMEOUT, "model_retries": RETRIES,
                           "engine_kills_at_seconds": self.max_seconds + WATCHDOG_GRACE}
@@ -172,18 +234,31 @@ class LoopAdapter(Adapter):
         return out
 
     def after_run(self, stdout_path: str) -> dict[str, Any]:
-        transcript = os.path.join(self.out_dir, "transcript.jsonl")
+        if self.far_machine is not None:
+            return {}  # read back from the runner (site/ssh.py: facts_from)
         from saphan.confine import nofollow
         from saphan.errors import PlantedLink
 
         # out/ is the run's to write: read without following a link, never
         # blocking on a FIFO, bounded; only a JSON object is taken.
         try:
-            result = json.loads(nofollow.read_small(
-                os.path.join(self.out_dir, "loop-result.json"), 1 << 20))
+            raw: bytes | None = nofollow.read_small(
+                os.path.join(self.out_dir, "loop-result.json"), 1 << 20)
+        except (OSError, PlantedLink):
+            raw = None
+        return self.facts_from(raw)
+
+    def facts_from(self, raw: bytes | None) -> dict[str, Any]:
+        """The record's facts from the loop's result file (its bytes as read,
+        here or on the runner; None: none could be read)."""
+        transcript = os.path.join(self.out_dir, "transcript.jsonl")
+        try:
+            if raw is None:
+                raise ValueError("no result file")
+            result = json.loads(raw)
             if not isinstance(result, dict):
                 raise ValueError("not a JSON object")
-        except (OSError, ValueError, PlantedLink):
+        except ValueError:
             return {"loop": {"end": None, "transcript": transcript,
                              "detail": "the loop wrote no result (it did not finish its "
                                        "bookkeeping; see stderr.log)"}}

@@ -127,8 +127,10 @@ def run(
             )
         far_wd = SshSite.far_workdir(m, workdir)
         pc = (requests.command_class(request.permission_class, command[0], far_wd, far=True)
-              if request is not None and request.permission_class is not None else None)
-        site = SshSite(ctx, s, m, command, workdir=far_wd, stream=stream, permission=pc)
+              if request is not None and request.permission_class is not None
+              and s.tool == "command" else None)
+        site = SshSite(ctx, s, m, command, workdir=far_wd, stream=stream, permission=pc,
+                       request=request if s.tool != "command" else None, mode=mode)
     else:
         from saphan.site.local import LocalSite
 

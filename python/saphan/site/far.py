@@ -29,6 +29,7 @@ import hashlib
 import posixpath
 import re
 import shlex
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,9 @@ FACT_KIND = "launcher"
 DEVICES = ("/dev/null", "/dev/tty", "/dev/zero", "/dev/random", "/dev/urandom")
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+#: the configuration files the preflight reads for an agent tool (Preflight.files)
+FILE_KINDS = ("codex_system_file", "codex_user_config", "claude_managed_file")
 
 
 def install_dir(record_key: bytes) -> str:
@@ -147,19 +151,24 @@ fi
 
 
 def deliver(conn: SSHConnection, data: bytes, *, root: str, sha256: str, version: str,
-            previous: str | None) -> Delivered:
-    """Install ``data`` (saphan-launcher, whose local digest is ``sha256`` and
-    ``--version`` line is ``version``) as ``~/.saphan/bin/saphan-launcher``.
+            previous: str | None, what: str = LAUNCHER_NAME) -> Delivered:
+    """Install ``data`` (saphan-launcher, or with ``what`` an agent tool's
+    single executable, whose local digest is ``sha256`` and ``--version``
+    line is ``version``) as ``<root>/bin/saphan-launcher`` (an agent:
+    ``<root>/agents/<what>``).
 
     Raises the refusal ``digest-mismatch`` when the far machine measures
     anything else, after removing the upload and keeping what was installed
     before (``previous`` names it in the message).
     """
     name = conn.name
-    kept = (f"the previously installed launcher (sha256 {previous}) is kept"
-            if previous else "no launcher was installed before, and none is now")
-    bindir = f"{root}/bin"
-    up = conn.run(_UPLOAD.format(dir=bindir, root=root, name=LAUNCHER_NAME), stdin=data)
+    thing = "launcher" if what == LAUNCHER_NAME else what
+    kept = (f"the previously installed {thing} (sha256 {previous}) is kept"
+            if previous else f"no {thing} was installed before, and none is now")
+    bindir = f"{root}/bin" if what == LAUNCHER_NAME else f"{root}/agents"
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", what):
+        raise ValueError(f"not a name saphan installs: {what!r}")
+    up = conn.run(_UPLOAD.format(dir=bindir, root=root, name=what), stdin=data)
     got = _kv_lines(up.out)
     temp = got.get("temp", "")
     if "no-digest-tool" in up.err:
@@ -168,39 +177,83 @@ def deliver(conn: SSHConnection, data: bytes, *, root: str, sha256: str, version
             f"PATH), so an upload cannot be verified there; nothing was installed and {kept}")
     if up.exit_code != 0 or not _HEX64.match(got.get("sha256", "")):
         if temp:
-            conn.run(_DISCARD.format(temp=_q(temp), dir=bindir, name=LAUNCHER_NAME))
+            conn.run(_DISCARD.format(temp=_q(temp), dir=bindir, name=what))
         raise TransportError(
             name, f"machine {name}: the upload failed (exit {up.exit_code}): "
             f"{up.err or up.out.strip() or 'no output'}; nothing was installed and {kept}"
         )
     if got["sha256"] != sha256:
-        conn.run(_DISCARD.format(temp=_q(temp), dir=bindir, name=LAUNCHER_NAME))
+        conn.run(_DISCARD.format(temp=_q(temp), dir=bindir, name=what))
         raise refusals.digest_mismatch(
-            f"the launcher uploaded to {name} measures sha256 {got['sha256']} there (its own "
+            f"the {thing} uploaded to {name} measures sha256 {got['sha256']} there (its own "
             f"digest tool), but the launcher sent is sha256 {sha256}; the upload was removed, "
             f"nothing was installed, and {kept}",
-            f"deliver again (`saphan machine deliver {name}`); if it recurs, investigate "
-            f"{name}: something between here and its disk changes the bytes",
+            f"deliver again (`saphan machine deliver {name}{_agent_opt(what)}`); if it "
+            f"recurs, investigate {name}: something between here and its disk changes the "
+            "bytes",
         )
     inst = conn.run(_INSTALL.format(
         temp=_q(temp), sha=_q(sha256), version=_q(version), dir=bindir,
-        name=LAUNCHER_NAME,
+        name=what,
     ))
     res = _kv_lines(inst.out)
     if inst.exit_code != 0 or "path" not in res:
-        conn.run(_DISCARD.format(temp=_q(temp), dir=bindir, name=LAUNCHER_NAME))
+        conn.run(_DISCARD.format(temp=_q(temp), dir=bindir, name=what))
         raise TransportError(
-            name, f"machine {name}: installing the launcher failed (exit {inst.exit_code}): "
+            name, f"machine {name}: installing the {thing} failed (exit {inst.exit_code}): "
             f"{inst.err or 'no output'}"
         )
     if res.get("sha256") != sha256 or res.get("version") != version:
         raise refusals.digest_mismatch(
-            f"after installing, the launcher at {res['path']} on {name} re-resolves to sha256 "
+            f"after installing, the {thing} at {res['path']} on {name} re-resolves to sha256 "
             f"{res.get('sha256')} and version {res.get('version')!r}, but sha256 {sha256} "
             f"version {version!r} was delivered; it was rolled back, and {kept}",
-            f"deliver again (`saphan machine deliver {name}`); if it recurs, investigate {name}",
+            f"deliver again (`saphan machine deliver {name}{_agent_opt(what)}`); if it recurs, "
+            f"investigate {name}",
         )
     return Delivered(res["path"], res["sha256"], res["version"])
+
+
+def _agent_opt(what: str) -> str:
+    return "" if what == LAUNCHER_NAME else f" --agent {what}"
+
+
+# -- a run's frame ----------------------------------------------------------------
+
+FRAME_MAGIC = b"saphan-frame 1\n"
+
+
+def frame(*, keep: Sequence[str] = (), env: Mapping[str, str | bytes] | None = None,
+          stdin: bytes | None = None) -> bytes:
+    """What saphan writes first on a far run's channel stdin, read by
+    ``saphan-launcher --stdin-frame`` after it proved its own digest: the
+    names the command keeps from the far environment (``keep``), the
+    variables it gets with their values (``env``: secrets among them — they
+    cross the channel here, never a command line, a far file or the far
+    environment), and its stdin (``stdin``: the prompt, or the loop's key).
+    The command's environment holds nothing else (and TMPDIR, under
+    ``exec``). Everything after it on the channel is the lifeline."""
+    out = [FRAME_MAGIC]
+    for name in dict.fromkeys(keep):
+        if env is not None and name in env:
+            continue
+        out.append(f"keep {_frame_name(name)}\n".encode())
+    for name, value in (env or {}).items():
+        data = value.encode() if isinstance(value, str) else value
+        out.append(f"env {_frame_name(name)} {len(data)}\n".encode() + data)
+    if stdin is not None:
+        out.append(f"stdin {len(stdin)}\n".encode() + stdin)
+    out.append(b"end\n")
+    return b"".join(out)
+
+
+_FRAME_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
+
+
+def _frame_name(name: str) -> str:
+    if not _FRAME_NAME.match(name):
+        raise ValueError(f"not a variable name saphan-launcher takes: {name!r}")
+    return name
 
 
 # -- probe ---------------------------------------------------------------------
@@ -223,6 +276,9 @@ L={launcher}
 tool={tool}
 agent={agent}
 engine_key={engine_key}
+session={session}
+resuming={resuming}
+also={also}
 if command -v sha256sum >/dev/null 2>&1; then dt=sha256sum; sha() {{ sha256sum; }}
 elif command -v shasum >/dev/null 2>&1; then dt="shasum -a 256"; sha() {{ shasum -a 256; }}
 else dt=; sha() {{ return 127; }}; fi
@@ -248,6 +304,7 @@ done
 if ! cd "$wd" 2>/dev/null; then emit workdir_missing "$wd"; exit 0; fi
 rwd=$(pwd -P)
 emit workdir "$rwd"
+if [ -d "$rwd/.git" ] && [ ! -L "$rwd/.git" ]; then emit git_dir "$rwd/.git"; fi
 case $agent in
   */*) p=$agent ;;
   *)
@@ -267,16 +324,45 @@ esac
 case $p in ''|/*) ;; *) p=$rwd/$p ;; esac
 if [ -n "$p" ] && [ -f "$p" ] && [ -x "$p" ]; then
   emit agent_path "$p"
+  emit agent_real "$(cd "$(dirname "$p")" && pwd -P)/$(basename "$p")"
   if s=$(sha < "$p"); then emit agent_sha256 "${{s%% *}}"; fi
+  if [ "$tool" != command ]; then
+    if v=$("$p" --version 2>/dev/null </dev/null); then
+      emit agent_version "$(printf '%s\n' "$v" | head -n 1)"
+    fi
+  fi
 else
   emit agent_missing "$agent"
 fi
+if [ -n "$also" ]; then
+  if [ -f "$also" ] && s=$(sha < "$also"); then emit also_sha256 "${{s%% *}}"
+  else emit also_missing "$also"; fi
+fi
+show() {{ if [ -e "$1" ] || [ -L "$1" ]; then
+  if [ -f "$1" ] && [ ! -L "$1" ] && c=$(head -c 1048576 < "$1"); then emit "$2" "$1
+$c"; else emit "$2" "$1
+(unreadable)"; emit "$2_unreadable" "$1"; fi; fi; }}
+if [ "$tool" = codex ]; then
+  xh=${{CODEX_HOME:-${{HOME:-}}/.codex}}
+  emit codex_home "$xh"
+  if [ -d "$xh" ]; then emit codex_home_real "$(cd "$xh" && pwd -P)"; fi
+  for f in /etc/codex/managed_config.toml /etc/codex/config.toml /etc/codex/requirements.toml; do
+    show "$f" codex_system_file
+  done
+  show "$xh/config.toml" codex_user_config
+  [ -f "$xh/auth.json" ] && emit login_file "$xh/auth.json"
+  exit 0
+fi
 [ "$tool" = claude ] || exit 0
+for f in /etc/claude-code/managed-settings.json /etc/claude-code/managed-settings.d/*.json; do
+  show "$f" claude_managed_file
+done
 if [ -n "${{CLAUDE_CONFIG_DIR:-}}" ]; then ch=$CLAUDE_CONFIG_DIR
 elif [ -n "${{HOME:-}}" ]; then ch=$HOME/.claude
 else emit session_unresolved "neither CLAUDE_CONFIG_DIR nor HOME is set there"; exit 0
 fi
 emit config_home "$ch"
+[ -f "$ch/.credentials.json" ] && emit login_file "$ch/.credentials.json"
 case $ch in /*) ;; *) emit session_unresolved "the configuration home $ch is not absolute"; exit 0 ;; esac
 key=
 case $rwd in
@@ -293,7 +379,19 @@ if ! out=$( (umask 077; mkdir -p "$ch/projects/$key") 2>&1); then
   emit session_unresolved "cannot create $ch/projects/$key: $out"; exit 0
 fi
 emit config_home_real "$(cd "$ch" && pwd -P)"
-emit session_dir "$(cd "$ch/projects/$key" && pwd -P)"
+sd=$(cd "$ch/projects/$key" && pwd -P)
+emit session_dir "$sd"
+[ -n "$session" ] || exit 0
+if out=$( (umask 077; mkdir -p "$ch/session-env/$session") 2>&1); then
+  emit session_env_dir "$(cd "$ch/session-env/$session" && pwd -P)"
+else
+  emit session_env_unresolved "cannot create $ch/session-env/$session: $out"
+fi
+if [ -n "$resuming" ]; then
+  f=$sd/$session.jsonl
+  if [ -f "$f" ] && [ ! -L "$f" ] && s=$(sha < "$f"); then emit transcript_sha256 "${{s%% *}}"
+  else emit transcript_unreadable "$f"; fi
+fi
 """
 
 
@@ -305,26 +403,43 @@ class Preflight:
     devices: tuple[str, ...] = field(default=())
     #: the far machine's temporary roots (/tmp, /var/tmp, /dev/shm, $TMPDIR), resolved
     tmp_roots: tuple[str, ...] = field(default=())
+    #: configuration files the far agent reads whatever saphan pins, as read
+    #: there: kind (codex_system_file, codex_user_config, claude_managed_file)
+    #: → [(path, text or None when it could not be read)]
+    files: dict[str, list[tuple[str, str | None]]] = field(default_factory=dict)
 
     def get(self, key: str) -> str | None:
         return self.raw.get(key)
 
     def as_record(self) -> dict[str, Any]:
-        return {**self.raw, "devices": list(self.devices), "tmp_roots": list(self.tmp_roots)}
+        return {**self.raw, "devices": list(self.devices), "tmp_roots": list(self.tmp_roots),
+                "files": {k: [p for p, _ in v] for k, v in self.files.items()}}
 
 
 def preflight(conn: SSHConnection, *, workdir: str, launcher_path: str, tool: str,
-              agent: str) -> Preflight:
+              agent: str, session: str | None = None, resuming: bool = False,
+              also: str | None = None) -> Preflight:
     """One round trip: everything a remote run needs to know before it is
-    composed. Raises TransportError when the dial itself fails."""
+    composed. ``session``: the Claude Code session the run has (a UUID) —
+    its ``session-env/<session>`` directory is created there (Claude Code
+    writes it for every shell command, measured), and when ``resuming``, the
+    SHA-256 of its transcript in this run's leaf is measured there.
+    ``also``: one more file the run executes (the loop's zipapp), digested
+    there. Raises TransportError when the dial itself fails."""
+    if session is not None and not _UUID.match(session):
+        raise ValueError(f"not a session id: {session!r}")
     script = _PREFLIGHT.format(
         workdir=_q(workdir), launcher=_q(launcher_path), tool=_q(tool), agent=_q(agent),
         engine_key=_q(session_key(workdir)), devices=" ".join(DEVICES),
+        session=_q(session or ""), resuming="yes" if resuming else "''",
+        also=_q(also or ""),
     )
     done = conn.run(script)
     devices: list[str] = []
     tmp_roots: list[str] = []
     raw: dict[str, str] = {}
+    files: dict[str, list[tuple[str, str | None]]] = {}
+    unreadable: set[tuple[str, str]] = set()
     for item in done.stdout.split(b"\0"):
         key, sep, value = item.partition(b"=")
         if not sep:
@@ -334,14 +449,21 @@ def preflight(conn: SSHConnection, *, workdir: str, launcher_path: str, tool: st
             devices.append(v)
         elif k == "tmp_root":
             tmp_roots.append(v)
+        elif k in FILE_KINDS:
+            path, _, text = v.partition("\n")
+            files.setdefault(k, []).append((path, text))
+        elif k.endswith("_unreadable") and k[: -len("_unreadable")] in FILE_KINDS:
+            unreadable.add((k[: -len("_unreadable")], v))
         else:
             raw[k] = v
+    files = {k: [(p, None if (k, p) in unreadable else t) for p, t in v]
+             for k, v in files.items()}
     if done.exit_code != 0 or ("workdir" not in raw and "workdir_missing" not in raw):
         raise TransportError(
             conn.name, f"machine {conn.name}: the preflight dial failed (exit {done.exit_code}): "
             f"{done.err or 'no answer'}"
         )
-    return Preflight(raw, tuple(devices), tuple(dict.fromkeys(tmp_roots)))
+    return Preflight(raw, tuple(devices), tuple(dict.fromkeys(tmp_roots)), files)
 
 
 def verify_session_dir(machine: str, pf: Preflight) -> str:
@@ -379,6 +501,83 @@ def verify_session_dir(machine: str, pf: Preflight) -> str:
             f"check the seat's configuration home on {machine} (CLAUDE_CONFIG_DIR or "
             "$HOME/.claude): its `projects` directory and the leaf must be real directories, "
             "not links elsewhere",
+        )
+    return reported
+
+
+_TRANSCRIPT = """\
+f={path}
+if [ -f "$f" ] && [ ! -L "$f" ]; then
+  if command -v sha256sum >/dev/null 2>&1; then s=$(sha256sum < "$f"); else s=$(shasum -a 256 < "$f"); fi
+  printf 'sha256=%s\\n' "${{s%% *}}"
+elif [ -e "$f" ] || [ -L "$f" ]; then echo "unreadable=not a regular file"
+else echo "unreadable=no such file"; fi
+"""
+
+
+_RUN_FILE = """\
+d={dir}
+f=$d/{name}
+case $d in /*) ;; *) exit 3 ;; esac
+p=
+set -f
+IFS=/
+for c in ${{d#/}}; do
+  p=$p/$c
+  [ -L "$p" ] && exit 4
+done
+unset IFS
+[ -f "$f" ] && [ ! -L "$f" ] || exit 5
+head -c {limit} < "$f"
+"""
+
+
+def read_run_file(conn: SSHConnection, directory: str, name: str,
+                  limit: int = 1 << 20) -> bytes | None:
+    """A file a far run wrote (the loop's result), read there: no component
+    of ``directory`` a link, the file regular and not a link, at most
+    ``limit`` bytes; None when it is not so, or the runner could not be
+    asked. What it holds is the run's: the caller parses, never executes."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        raise ValueError(f"not a run file saphan reads: {directory!r} {name!r}")
+    try:
+        done = conn.run(_RUN_FILE.format(dir=_q(directory), name=_q(name), limit=int(limit)))
+    except TransportError:
+        return None
+    return done.stdout if done.exit_code == 0 else None
+
+
+def transcript_sha256(conn: SSHConnection, leaf: str, session: str) -> dict[str, Any]:
+    """A far Claude Code session's transcript (``<leaf>/<session>.jsonl``),
+    digested there after the run: ``{"path", "sha256"}`` (``sha256`` None
+    and ``unreadable`` saying why when it is not a regular file)."""
+    if not _UUID.match(session):
+        raise ValueError(f"not a session id: {session!r}")
+    path = posixpath.join(leaf, f"{session}.jsonl")
+    try:
+        got = _kv_lines(conn.run(_TRANSCRIPT.format(path=_q(path))).out)
+    except TransportError as e:
+        got = {"unreadable": f"the far machine could not be asked: {e}"}
+    digest = got.get("sha256")
+    if digest is not None and _HEX64.match(digest):
+        return {"path": path, "sha256": digest}
+    return {"path": path, "sha256": None, "unreadable": got.get("unreadable") or "no answer"}
+
+
+def verify_session_env(machine: str, pf: Preflight, session: str) -> str:
+    """This run's own ``session-env/<session>`` directory, re-derived here:
+    exactly ``<config home>/session-env/<session>`` (``session-dir-foreign``
+    for anything else the far side reported)."""
+    home = pf.get("config_home_real") or ""
+    reported = pf.get("session_env_dir") or ""
+    expected = posixpath.join(home, "session-env", session)
+    if (not _UUID.match(session) or not home.startswith("/") or reported != expected
+            or posixpath.normpath(reported) != reported):
+        raise refusals.session_dir_foreign(
+            f"the preflight on {machine} reported {reported!r} as this run's Claude Code "
+            f"session-env directory, but it is not {expected}",
+            f"check the seat's configuration home on {machine}: its `session-env` directory "
+            "must be a real directory, not a link elsewhere",
         )
     return reported
 

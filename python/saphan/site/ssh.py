@@ -39,11 +39,13 @@ import os
 import posixpath
 import shlex
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from saphan import refusals
 from saphan.confine import landlock
+from saphan.confine.environment import BASE, LOCALE
 from saphan.confine.landlock_gate import FACT_KIND as LANDLOCK_FACT
 from saphan.confine.landlock_gate import gate_row
 from saphan.confine.policy import Policy
@@ -52,12 +54,15 @@ from saphan.refusals import Refusal
 from saphan.run.end import RunEnd
 from saphan.store.rows import Machine, Slot
 from saphan.timefmt import now_iso
+from saphan.tools import AGENT_TOOLS
 from saphan.tools.binaries import check_pin
 
 if TYPE_CHECKING:
     from saphan.context import Context
     from saphan.liveness import RemoteCheck
     from saphan.site.far import Preflight
+    from saphan.tools.adapter import Adapter
+    from saphan.tools.launch import Request as AgentRequest
     from saphan.tools.permission_class import PermissionClass
 
 #: What the remote boundary does not restrict, written into every record.
@@ -86,13 +91,25 @@ class SshSite:
 
     def __init__(self, ctx: Context, slot: Slot, machine: Machine, command: list[str], *,
                  workdir: str, stream: bool = True,
-                 permission: PermissionClass | None = None) -> None:
+                 permission: PermissionClass | None = None,
+                 request: AgentRequest | None = None, mode: str = "engine") -> None:
         self.ctx, self.slot, self.machine, self.command = ctx, slot, machine, command
         self.workdir, self.stream = workdir, stream
         #: the command's permission class (its network posture, its write scope)
         self.permission = permission
+        #: an agent slot's task, and run.confinement
+        self.request, self.mode = request, mode
+        #: an agent slot's adapter, made with the far paths (site/far_agent.py)
+        self.adapter: Adapter | None = None
         self.far: _Far | None = None
-        self.policy_json = ""
+        #: the launcher's policy (None: the launcher only supervises — Codex)
+        self.policy_json: str | None = ""
+        #: an agent run's: its task, its argv, Claude Code's verified session leaf
+        self.prompt = ""
+        self.argv: list[str] = []
+        self.leaf: str | None = None
+        self.session_env: str | None = None
+        self.loop_spec = b""
         self.seen: dict[str, Any] = {}
         self.leave_live = False
         #: this workspace's far install directory (far.install_dir)
@@ -116,10 +133,13 @@ class SshSite:
         from saphan.site import far as far_side
 
         base["transport"] = {"kind": "ssh", "address": self.machine.address()}
+        self.root = far_side.install_dir(self.ctx.record_key())
+        if self.slot.tool in AGENT_TOOLS:
+            self._inspect_agent(base)
+            return
         pc = self.permission
         network.posture(pc.network if pc is not None else None, tool=self.slot.tool,
                         mechanism="ssh")
-        self.root = far_side.install_dir(self.ctx.record_key())
         self.far = far = _inspect(self.ctx, self.slot, self.machine, base, self.command,
                                   self.workdir)
         if pc is not None:
@@ -128,46 +148,146 @@ class SshSite:
             # The far machine resolved the working directory: held to the scope again.
             check_scope(pc, far.pf.get("workdir") or self.workdir, far=True)
 
+    def _inspect_agent(self, base: dict[str, Any]) -> None:
+        """An agent slot: its far binary (never looked up on the far PATH),
+        the gate and the dial, then the adapter from the far answers."""
+        from saphan.confine import network
+        from saphan.site import far_agent
+
+        ctx, slot, machine, name = self.ctx, self.slot, self.machine, self.machine.name
+        if self.request is None:
+            raise UserError(f"slot {slot.name!r} runs {slot.tool}: give the task with "
+                            "--prompt TEXT or --prompt-file FILE")
+        path = far_agent.binary_path(ctx, slot, machine)
+        zipapp = far_agent.zipapp_path(ctx, slot, machine)
+        session = far_agent.run_session(ctx, slot.tool, self.request, base["id"])
+        self.far = far = _inspect(ctx, slot, machine, base, [path], self.workdir,
+                                  agent=True, session=session,
+                                  resuming=self.request.resume is not None, also=zipapp)
+        rwd = far.pf.get("workdir") or self.workdir
+        binary = far_agent.far_binary(slot.tool, name, path, far.pf, rwd)
+        base["agent"] = {**binary.as_record(), "resolved_on": name}
+        if slot.agent_sha256 is not None:
+            base["agent"]["pinned_sha256"] = slot.agent_sha256
+            check_pin(name, slot.name, slot.agent_sha256, path, binary.sha256, far=True)
+        if zipapp is not None:
+            base["agent"]["zipapp"] = {
+                "path": zipapp, "sha256": far_agent.check_zipapp(ctx, name, zipapp, far.pf)}
+        if slot.tool == "claude" and far.pf.get("session_dir") is not None:
+            from saphan.site import far as far_side
+
+            # before the seat: a leaf that is not this run's own is refused
+            self.leaf = far_side.verify_session_dir(name, far.pf)
+            if session is not None and far.pf.get("session_env_dir") is not None:
+                self.session_env = far_side.verify_session_env(name, far.pf, session)
+        self.adapter, self.prompt = far_agent.adapter(
+            ctx, slot, machine, self.request, far.pf, binary=binary, run_id=base["id"],
+            confinement=self.mode, control_dir=self._control_dir(base["id"]), leaf=self.leaf,
+            session_env=self.session_env, zipapp=zipapp)
+        adapter = self.adapter
+        base["argv"] = []
+        pc = adapter.instruction.permission_class
+        network.posture(pc.network if pc is not None else None, tool=slot.tool,
+                        mechanism="vendor:codex" if slot.tool == "codex" else "ssh")
+        checked = far_agent.auth_check(adapter, far.pf, far.conn, name)
+        if checked is not None:
+            base["auth"] = checked
+
+    def _control_dir(self, run_id: str) -> str:
+        """The run's far control directory, as the far machine resolves it."""
+        far = self._far()
+        install = far.pf.get("install_real") or posixpath.join(
+            far.pf.get("home_real") or "~", ".saphan")
+        return posixpath.join(install, self.root.split("/", 1)[1], "runs", run_id)
+
     def liveness(self) -> RemoteCheck | None:
         return self.ctx.remote_liveness(self.machine)
 
     # -- after the seat ------------------------------------------------------------
     def prepare(self, record: dict[str, Any]) -> None:
-        """The Policy from the preflight's answers, rendered for the launcher."""
-        from saphan.site import far as far_side
-
+        """The Policy from the preflight's answers, rendered for the launcher
+        (or, for Codex, into its own sandbox's pinned settings)."""
         far, name, slot = self._far(), self.machine.name, self.slot
         self.ctx.workspace.run_dir(record["id"]).mkdir(parents=True, exist_ok=True)
         pf = far.pf
         rwd = pf.get("workdir") or self.workdir
         writable = [rwd]
         notes: list[str] = []
-        if slot.tool == "claude":
-            if pf.get("session_dir") is not None:
-                leaf = far_side.verify_session_dir(name, pf)
-                writable.append(leaf)
-                notes.append(f"session directory {leaf} on {name} is writable: this run can be "
-                             "resumed")
+        if slot.tool == "claude" and not self._vendor():
+            if self.leaf is not None:
+                writable.append(self.leaf)
+                notes.append(f"session directory {self.leaf} on {name} is writable: this run "
+                             "can be resumed")
+                if self.session_env is not None:
+                    writable.append(self.session_env)
+                else:
+                    notes.append(f"Claude Code's session-env directory for this session on "
+                                 f"{name} could not be made "
+                                 f"({pf.get('session_env_unresolved') or 'no answer'}): its "
+                                 "shell commands may fail")
             else:
                 notes.append(
                     f"this run cannot be resumed: the preflight on {name} could not resolve its "
                     f"session directory ({pf.get('session_unresolved') or 'no answer'}), so no "
                     "session directory was granted"
                 )
+        if slot.tool == "codex" and pf.get("git_dir") == posixpath.join(rwd, ".git"):
+            # Codex's sandbox holds .git read-only unless it is named writable;
+            # under the far Landlock boundary it is writable anyway (docs)
+            writable.append(posixpath.join(rwd, ".git"))
+        # Codex's own sandbox can hide the runs' far control directories from
+        # its commands (not the install: its sandbox helper is the delivered
+        # codex itself, exec'd from there — measured)
+        runs = posixpath.dirname(self._control_dir(record["id"]))
         policy = Policy(
             workdir=rwd,
             writable_dirs=tuple(dict.fromkeys(writable)),
             writable_literals=pf.devices,
             scratch_dir=posixpath.join(rwd, ".saphan-run", "tmp"),
+            hidden_dirs=(runs,) if slot.tool == "codex" else (),
             notes=tuple(notes),
         )
-        self.policy_json = landlock.render(policy, agent_sha256=far.agent_sha)
-        record.update({
+        adapter = self.adapter
+        if adapter is None:
+            self.policy_json = landlock.render(policy, agent_sha256=far.agent_sha)
+            record.update(self._landlock_record(policy))
+            return
+        self.argv = argv = adapter.argv(policy)
+        adapter.guard(argv)
+        if adapter.tool == "loop":
+            from saphan.loop.adapter import LoopAdapter
+
+            assert isinstance(adapter, LoopAdapter)
+            self.loop_spec = adapter.spec_bytes(policy)
+        if self._vendor():
+            self.policy_json = None
+            record.update(self._vendor_record(policy))
+        else:
+            self.policy_json = landlock.render(policy, agent_sha256=adapter.binary.sha256)
+            record.update(self._landlock_record(policy))
+        record.update({"argv": argv, **adapter.record(policy)})
+        from saphan.site import far_agent
+
+        keep, sent = far_agent.frame_env(adapter, record["id"])
+        record["environment"] = {"kept_from_far": list(keep),
+                                 "set": sorted({*sent, "TMPDIR"}),
+                                 "channel": "values crossed the SSH channel's stdin into the "
+                                            "launcher (--stdin-frame), never a command line, "
+                                            "a far file or the far environment"}
+
+    def _vendor(self) -> bool:
+        """The agent confines itself (Codex; Claude Code under run.confinement = vendor)."""
+        return self.adapter is not None and (
+            self.slot.tool == "codex" or (self.slot.tool == "claude" and self.mode == "vendor"))
+
+    def _landlock_record(self, policy: Policy) -> dict[str, Any]:
+        far, name = self._far(), self.machine.name
+        return {
             "enforced_by": {
                 "mechanism": "landlock", "version": f"abi {far.level}", "abi": far.level,
                 "machine": name, "executable": far.delivered["path"],
                 "executable_sha256": far.launcher_sha,
-                "launcher_version": pf.get("launcher_version"),
+                "launcher_version": far.pf.get("launcher_version"),
                 "policy_json": self.policy_json,
             },
             "policy": policy.as_record(),
@@ -175,7 +295,48 @@ class SshSite:
             "notes": [*policy.notes, NOT_RESTRICTED],
             # confine/network.py refused `off` before the seat: nothing here cuts it
             "network": "not restricted",
-        })
+        }
+
+    def _vendor_record(self, policy: Policy) -> dict[str, Any]:
+        """What a vendor-confined far run records: the tool's sandbox, what
+        was pinned, and that the engine claims nothing (nothing it composed
+        confines the agent; its launcher only supervises the run's processes)."""
+        far, name, adapter = self._far(), self.machine.name, self.adapter
+        assert adapter is not None
+        binary = adapter.binary
+        out: dict[str, Any] = {
+            "mechanism": f"vendor:{adapter.tool}", "version": binary.version,
+            "machine": name, "executable": binary.path, "executable_sha256": binary.sha256,
+            "engine_claim": "none: the engine makes no claim that the agent is confined; "
+                            f"{adapter.tool}'s own sandbox is what confines the commands it "
+                            "runs (not the tool's own process or its helpers)",
+            "supervised_by": {"executable": far.delivered["path"], "verb": "reap",
+                              "executable_sha256": far.launcher_sha},
+        }
+        if adapter.tool == "codex":
+            from saphan.tools import codex
+
+            assert isinstance(adapter, codex.CodexAdapter)
+            settings = codex.settings(policy, run_id=adapter.run_id, model=adapter.model,
+                                      network=adapter.network, provider=adapter.provider,
+                                      credentials=adapter.credentials,
+                                      mcp_servers=adapter.mcp_servers)
+            out.update({
+                "enforced": f"the vendor's sandbox (Codex CLI's own, on {name}'s kernel), not "
+                            "the engine's",
+                "landlock_measured": {"abi": far.level, "why": "Codex's sandbox needs the "
+                                      "runner's Landlock: composed only behind the same gate"},
+                "pinned_settings": [f"{k}={v}" for k, v in settings],
+                "validated_by": "--strict-config",
+            })
+            note = codex.NOT_RESTRICTED
+        else:
+            from saphan.tools import claude
+
+            note = claude.VENDOR_NOTE
+        return {"enforced_by": out, "policy": policy.as_record(),
+                "writable": [] if adapter.tool != "codex" else policy.writable_set(),
+                "notes": [*policy.notes, note], "network": "not restricted"}
 
     def start(self, record: dict[str, Any], end: RunEnd) -> None:
         """The far script over the connection; output streams back live.
@@ -188,15 +349,44 @@ class SshSite:
 
         far, run_id = self._far(), record["id"]
         run_dir = self.ctx.workspace.run_dir(run_id)
+        adapter = self.adapter
+        files: list[tuple[str, bytes]] = []
+        rwd = far.pf.get("workdir") or self.workdir
+        if adapter is None:
+            keep: tuple[str, ...] = (*BASE, *LOCALE)
+            sent: dict[str, str] = {"SAPHAN_RUN_ID": run_id}
+            stdin: bytes | None = None
+            limit: float | None = None
+        else:
+            from saphan.site import far_agent
+
+            keep, sent = far_agent.frame_env(adapter, run_id)
+            if self.policy_json is None:  # supervised only: the launcher sets no TMPDIR
+                sent["TMPDIR"] = posixpath.join(rwd, ".saphan-run", "tmp")
+            stdin = self.prompt.encode()
+            limit = adapter.time_limit()
+            if adapter.tool == "claude":
+                from saphan.tools import claude
+
+                files.append((claude.SETTINGS_FILE, claude.settings_bytes()))
+            elif adapter.tool == "loop":
+                # the loop's stdin is its key; its task is in the spec
+                stdin = adapter.stdin_bytes()
+                files.append(("loop-spec.json", self.loop_spec))
+            (run_dir / "prompt.txt").write_text(self.prompt, encoding="utf-8")
         script = run_script(
             launcher=far.delivered["path"], launcher_sha256=far.launcher_sha,
-            policy_json=self.policy_json, argv=far.argv, run_id=run_id, root=self.root,
+            policy_json=self.policy_json, argv=self.argv if adapter is not None else far.argv,
+            run_id=run_id, root=self.root, files=files,
+            scratch_in=rwd if adapter is not None and self.policy_json is None else None,
         )
         record["output"] = {"stdout": str(run_dir / "stdout.log"),
                             "stderr": str(run_dir / "stderr.log")}
         try:
             finished = far.conn.stream(script, run_dir=str(run_dir), stream=self.stream,
-                                       on_started=lambda: self._read_holder(record))
+                                       on_started=lambda: self._read_holder(record),
+                                       stdin=far_side.frame(keep=keep, env=sent, stdin=stdin),
+                                       time_limit=limit)
         except TransportError as lost:
             if "pid" not in self.seen:
                 raise
@@ -209,7 +399,42 @@ class SshSite:
             raise
         end.exited(finished.exit_code)
         self._collect_status(record, end)
+        if adapter is not None:
+            self._collect_agent(record, end, finished.stdout_path, finished.exit_code,
+                                killed_at=limit if finished.killed_at_limit else None)
         far_side.forget_run(far.conn, self.root, run_id)
+
+    def _collect_agent(self, record: dict[str, Any], end: RunEnd, stdout_path: str,
+                       exit_code: int, *, killed_at: float | None) -> None:
+        """What the agent's output says (read here, from the streamed log),
+        and for Claude Code its transcript, digested on the runner."""
+        from saphan.site import far as far_side
+
+        adapter = self.adapter
+        assert adapter is not None
+        facts = adapter.after_exit(stdout_path, exit_code)
+        notes = facts.pop("notes", [])
+        record.update(facts)
+        if notes:
+            record["notes"] = [*record.get("notes", []), *notes]
+        end.outcome = adapter.outcome(facts) or end.outcome
+        if killed_at is not None:
+            end.outcome = "time-limit-killed"
+            record["notes"] = [*record.get("notes", []), (
+                f"the engine hung the run up at its time limit ({killed_at:.0f} s): the tool "
+                "had not ended within its own budget")]
+        if adapter.tool == "loop":
+            from saphan.loop.adapter import LoopAdapter
+
+            assert isinstance(adapter, LoopAdapter)
+            raw = far_side.read_run_file(self._far().conn, adapter.out_dir, "loop-result.json")
+            facts = adapter.facts_from(raw)
+            record.update(facts)
+            end.outcome = adapter.outcome(facts) or end.outcome
+        if adapter.tool == "claude" and self.leaf is not None:
+            session = getattr(adapter, "session_id", "")
+            record["claude_transcript"] = far_side.transcript_sha256(
+                self._far().conn, self.leaf, str(session))
 
     def _read_holder(self, record: dict[str, Any]) -> None:
         """The far process, as the far script wrote it before the launcher
@@ -239,9 +464,10 @@ class SshSite:
             return []
         lines = launcher_status.lines_of(raw)
         record["output"]["status_far"] = lines
+        confined = self.policy_json is not None
         launcher_status.apply(lines, launcher_status.Expected(
-            landlock=True, writable=tuple(record["writable"]), abi=far.level,
-            self_sha256=far.launcher_sha,
+            landlock=confined, writable=tuple(record["writable"]) if confined else (),
+            abi=far.level if confined else None, self_sha256=far.launcher_sha,
         ), record, end, where=self.machine.name)
         return lines
 
@@ -326,18 +552,25 @@ class _Far:
 
 
 def _inspect(ctx: Context, slot: Slot, machine: Machine, base: dict[str, Any],
-             argv: list[str], wd: str) -> _Far:
+             argv: list[str], wd: str, *, agent: bool = False,
+             session: str | None = None, resuming: bool = False,
+             also: str | None = None) -> _Far:
     """The gate on the machine's row, then one dial: the far workdir, the
     launcher and the command, each checked. What was learned goes into
-    ``base`` (the run's record), so a refusal's record carries it."""
+    ``base`` (the run's record), so a refusal's record carries it.
+    ``agent``: argv[0] is an agent tool's absolute path, checked by the
+    caller (site/far_agent.far_binary); ``session``: the Claude Code
+    session this run has (``resuming``: its transcript is digested there)."""
     from saphan.site import far as far_side
 
     name = machine.name
+    # Every tool, Codex included: its own sandbox needs the runner's Landlock.
     level, value = gate_row(name, ctx.verified_fact(name, LANDLOCK_FACT))
     delivered = _delivered(ctx, name)
     conn = ctx.ssh(machine)
     pf = far_side.preflight(conn, workdir=wd, launcher_path=delivered["path"],
-                            tool=slot.tool, agent=argv[0])
+                            tool=slot.tool, agent=argv[0], session=session,
+                            resuming=resuming, also=also)
     base["preflight"] = pf.as_record()
     if pf.get("workdir_missing") is not None:
         raise refusals.workdir_missing(
@@ -348,6 +581,9 @@ def _inspect(ctx: Context, slot: Slot, machine: Machine, base: dict[str, Any],
         )
     launcher_sha = _check_launcher(name, pf, delivered, value)
     _check_workdir_apart(name, pf)
+    if agent:
+        return _Far(level, delivered, conn, pf, launcher_sha, list(argv),
+                    pf.get("agent_sha256") or "")
     agent_path, agent_sha = _agent(name, pf, argv[0], wd)
     argv = [agent_path, *argv[1:]]
     base["argv"] = argv
@@ -457,46 +693,57 @@ def _agent(name: str, pf: Preflight, argv0: str, wd: str) -> tuple[str, str]:
     return path, digest
 
 
-def run_script(*, launcher: str, launcher_sha256: str, policy_json: str, argv: list[str],
-               run_id: str, root: str) -> str:
+def run_script(*, launcher: str, launcher_sha256: str, policy_json: str | None,
+               argv: list[str], run_id: str, root: str,
+               files: Sequence[tuple[str, bytes]] = (), scratch_in: str | None = None) -> str:
     """The far side of a run, for /bin/sh.
 
     1. the run's control directory (<root>/runs/<run id>, made new, owner
-       only), outside every grant;
-    2. the holder: this shell's pid, start time (field 22 of /proc/PID/stat)
+       only), outside every grant; ``files`` (name, bytes: what the agent
+       reads there, e.g. Claude Code's per-run settings — never a secret)
+       written into it;
+    2. ``scratch_in`` (a working directory, for a run whose launcher does not
+       make its scratch directory: Codex, supervised by ``reap``): its
+       ``.saphan-run/tmp``, made without going through a link there;
+    3. the holder: this shell's pid, start time (field 22 of /proc/PID/stat)
        and boot id, written there BEFORE anything of the run starts — the
        shell then execs the launcher, which keeps its pid and start time;
-    3. the lifeline: the channel's stdin moves to fd 3, watched by a
-       subshell started twice removed (so it is not the launcher's child:
-       outside the run's domain, the launcher's reaper could not signal it);
-       when saphan writes ``stop`` (Ctrl-C/SIGTERM there) the
-       launcher is hung up (it forwards SIGHUP to the command, then kills what
-       is left). A lifeline that only ends (a lost connection, saphan gone)
-       stops nothing: the run goes on and its holder keeps the seat;
-    4. the launcher, which proves its own digest (``--expect-sha256``: it
-       hashes /proc/self/exe, the file actually running) before it applies
-       anything, and writes every control line to ``status`` (fd 4) only.
+    4. the launcher (``exec`` with a policy: the Landlock domain; ``reap``
+       without: supervision only), which proves its own digest
+       (``--expect-sha256``: it hashes /proc/self/exe, the file actually
+       running) before it reads anything of the channel, then reads the
+       run's frame from stdin (``--stdin-frame``, far.frame: the command's
+       environment, its secrets, its stdin — never on a command line, in a
+       file or in the launcher's own environment), and keeps the rest of the
+       channel's stdin as the lifeline: a ``stop`` line (Ctrl-C/SIGTERM to
+       saphan) hangs the run up (the launcher forwards SIGHUP to the
+       command, then kills what is left); a lifeline that only ends (a lost
+       connection, saphan gone) stops nothing: the run goes on and its
+       holder keeps the seat. Every control line goes to ``status`` (fd 4).
     """
     q = shlex.quote
     d = f'"$HOME"/{q(root)}/runs/{q(run_id)}'
-    cmd = " ".join(q(a) for a in [launcher, "exec", "--expect-sha256", launcher_sha256,
-                                  "--status-fd", "4", "--policy", policy_json, "--", *argv])
+    verb = "exec" if policy_json is not None else "reap"
+    opts = ["--expect-sha256", launcher_sha256, "--status-fd", "4", "--stdin-frame"]
+    if policy_json is not None:
+        opts += ["--policy", policy_json]
+    cmd = " ".join(q(a) for a in [launcher, verb, *opts, "--", *argv])
+    writes = "".join(
+        f"printf '%s' {q(data.decode())} > \"$D\"/{q(name)} || exit 125\n"
+        for name, data in files)
+    scratch = "" if scratch_in is None else f"""\
+( cd -P -- {q(scratch_in)} && [ ! -L .saphan-run ] && {{ [ -d .saphan-run ] || mkdir .saphan-run; }} \
+  && cd -P .saphan-run && [ ! -L tmp ] && {{ [ -d tmp ] || mkdir tmp; }} ) || {{
+  echo "saphan-far: cannot make the scratch directory {q(scratch_in)}/.saphan-run/tmp" >&2; exit 125; }}
+"""
     return f"""\
 set -u
 umask 077
 D={d}
 mkdir -p "$HOME"/{q(root)}/runs && mkdir "$D" || {{
   echo "saphan-far: cannot create the run's control directory $D" >&2; exit 125; }}
-SAPHAN_RUN_ID={q(run_id)}
-export SAPHAN_RUN_ID
-t=$(sed 's/.*) //' "/proc/$$/stat" | cut -d' ' -f20)
+{writes}{scratch}t=$(sed 's/.*) //' "/proc/$$/stat" | cut -d' ' -f20)
 b=$(cat /proc/sys/kernel/random/boot_id)
 printf '%s %s %s\\n' "$$" "$t" "$b" > "$D/holder.tmp" && mv -f "$D/holder.tmp" "$D/holder" || exit 125
-exec 3<&0 </dev/null
-( ( read -r l <&3 || l=
-    if [ "$l" = stop ]; then
-      n=$(sed 's/.*) //' "/proc/$$/stat" 2>/dev/null | cut -d' ' -f20)
-      [ "$n" = "$t" ] && kill -HUP "$$"
-    fi ) </dev/null >/dev/null 2>&1 & )
-exec {cmd} 3<&- 4>"$D/status"
+exec {cmd} 4>"$D/status"
 """

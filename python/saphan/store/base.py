@@ -208,7 +208,7 @@ class Store:
         got = self.db.execute(
             q.INSERT_SLOT,
             (s.machine, s.name, s.tool, s.max_sessions, s.created_at or now_iso(), s.agent_sha256,
-             s.endpoint, s.model, s.max_seconds, s.max_turns),
+             s.endpoint, s.model, s.max_seconds, s.max_turns, s.agent_path),
         )
         return bool(got)
 
@@ -233,9 +233,11 @@ class Store:
         return bool(self.db.execute(q.SET_AGENT_PIN, (agent_sha256, machine, name)))
 
     def set_run_defaults(self, s: Slot) -> bool:
-        """Write a slot's run defaults (endpoint, model, max_seconds, max_turns) as ``s`` has them."""
+        """Write a slot's run defaults (endpoint, model, max_seconds, max_turns,
+        agent_path) as ``s`` has them."""
         return bool(self.db.execute(q.SET_RUN_DEFAULTS, (s.endpoint, s.model, s.max_seconds,
-                                                         s.max_turns, s.machine, s.name)))
+                                                         s.max_turns, s.agent_path, s.machine,
+                                                         s.name)))
 
     # -- runs ----------------------------------------------------------------
     def reserve(

@@ -158,6 +158,15 @@ MIGRATIONS: list[tuple[int, str, list[Statement]]] = [
             "ALTER TABLE slots ADD COLUMN max_turns INTEGER",
         ],
     ),
+    (
+        6,
+        "slot-agent-path",
+        [
+            # Where a slot's agent binary is on its machine (absolute; NULL:
+            # the delivered one, or this host's resolution for a local slot).
+            "ALTER TABLE slots ADD COLUMN agent_path TEXT",
+        ],
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -40,13 +40,13 @@ DELETE_MACHINE = "DELETE FROM machines WHERE name = ? RETURNING name"
 # -- slots --------------------------------------------------------------------
 INSERT_SLOT = """
 INSERT INTO slots (machine, name, tool, max_sessions, created_at, agent_sha256, endpoint, model,
-                   max_seconds, max_turns)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   max_seconds, max_turns, agent_path)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (machine, name) DO NOTHING
 RETURNING name"""
 # In the order of rows.Slot's fields.
 SLOT_COLUMNS = ("machine, name, tool, max_sessions, created_at, agent_sha256, endpoint, model, "
-                "max_seconds, max_turns")
+                "max_seconds, max_turns, agent_path")
 GET_SLOT = f"SELECT {SLOT_COLUMNS} FROM slots WHERE machine = ? AND name = ?"
 LIST_SLOTS = f"SELECT {SLOT_COLUMNS} FROM slots ORDER BY machine, name"
 LIST_MACHINE_SLOTS = f"SELECT {SLOT_COLUMNS} FROM slots WHERE machine = ? ORDER BY name"
@@ -54,7 +54,7 @@ DELETE_SLOT = "DELETE FROM slots WHERE machine = ? AND name = ? RETURNING name"
 SET_MAX_SESSIONS = "UPDATE slots SET max_sessions = ? WHERE machine = ? AND name = ? RETURNING name"
 SET_AGENT_PIN = "UPDATE slots SET agent_sha256 = ? WHERE machine = ? AND name = ? RETURNING name"
 SET_RUN_DEFAULTS = """
-UPDATE slots SET endpoint = ?, model = ?, max_seconds = ?, max_turns = ?
+UPDATE slots SET endpoint = ?, model = ?, max_seconds = ?, max_turns = ?, agent_path = ?
 WHERE machine = ? AND name = ? RETURNING name"""
 
 # -- runs: reservation ----------------------------------------------------------

@@ -63,6 +63,9 @@ class Slot(NamedTuple):
     model: str | None = None
     max_seconds: int | None = None
     max_turns: int | None = None
+    #: where the agent binary is on the slot's machine (absolute); None: the
+    #: delivered one (codex on an SSH machine) or this host's resolution
+    agent_path: str | None = None
 
     @classmethod
     def from_row(cls, r: Row) -> Slot:
@@ -84,6 +87,7 @@ class Slot(NamedTuple):
             "model": self.model,
             "max_seconds": self.max_seconds,
             "max_turns": self.max_turns,
+            "agent_path": self.agent_path,
             "created_at": self.created_at,
         }
 

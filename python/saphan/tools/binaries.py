@@ -82,11 +82,20 @@ def _codex_native(wrapper: Path) -> str | None:
     return str(native) if native.is_file() else None
 
 
-def identify(tool: str) -> AgentBinary:
-    """Resolve, digest and ask the version of ``tool``'s binary."""
+def identify(tool: str, path: str | None = None) -> AgentBinary:
+    """Resolve, digest and ask the version of ``tool``'s binary (``path``: the
+    slot's ``--agent-path``, taken as it is instead of looking)."""
     from saphan import _native
 
-    path = locate(tool)
+    if path is not None:
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise refusals.agent_binary_missing(
+                f"the slot's agent path {path} is not an executable file on this machine",
+                f"install {tool} there, or point the slot elsewhere (`saphan slot set MACHINE "
+                "SLOT --agent-path PATH`)")
+        path = os.path.realpath(path)
+    else:
+        path = locate(tool)
     if path is None:
         raise UserError(
             f"{tool} is not installed where saphan looks ($SAPHAN_{tool.upper()}_BIN, "

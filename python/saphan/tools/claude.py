@@ -156,7 +156,7 @@ import json
 import os
 import stat
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -392,6 +392,16 @@ def transcript_sha256(path: str, limit: int = _TRANSCRIPT_LIMIT) -> str:
     return digest.hexdigest()
 
 
+def run_session_id(run_id: str) -> str:
+    """The Claude Code session a new run gets: a UUID minted from its run id."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"saphan:run:{run_id}"))
+
+
+def settings_bytes() -> bytes:
+    """saphan's per-run settings file for Claude Code, as written."""
+    return (json.dumps(dict(SETTINGS), indent=2, sort_keys=True) + "\n").encode()
+
+
 def compose_argv(
     binary: str,
     *,
@@ -497,12 +507,17 @@ def managed_settings_files(managed_dir: str = MANAGED_DIR) -> list[str]:
     return [f for f in files if _kind(f) is not None]
 
 
-def _managed_env(path: str) -> dict[str, Any]:
+def _managed_env(path: str, raw: bytes | None = None, *, far: bool = False) -> dict[str, Any]:
+    """The ``env`` table of a managed settings file: read here, or (``far``)
+    as the runner read it (``raw``; None: it could not be read there)."""
     from saphan.confine import nofollow
     from saphan.errors import PlantedLink
 
     try:
-        data = json.loads(nofollow.read_small(path, _MANAGED_LIMIT))
+        if far and raw is None:
+            raise OSError("it could not be read there")
+        data = json.loads(raw if far and raw is not None
+                          else nofollow.read_small(path, _MANAGED_LIMIT))
     except (OSError, ValueError, PlantedLink) as e:
         raise UserError(
             f"Claude Code reads the machine's managed settings {path} whatever saphan pins, "
@@ -523,7 +538,8 @@ def _same_url(a: str, b: str) -> bool:
 
 def preflight(endpoint: str | None, model: str | None, *,
               environ: Mapping[str, str] | None = None,
-              managed_dir: str = MANAGED_DIR) -> None:
+              managed_dir: str = MANAGED_DIR,
+              far_managed: Sequence[tuple[str, bytes | None]] | None = None) -> None:
     """Before the seat (tools/launch.py): refuse what would send a run
     elsewhere than its slot says — ``ANTHROPIC_BASE_URL`` in saphan's
     environment that is not the slot's ``endpoint`` (the operator who
@@ -542,8 +558,11 @@ def preflight(endpoint: str | None, model: str | None, *,
         )
     url_pinned = endpoint or DEFAULT_ENDPOINT
     model_pinned = model or DEFAULT_MODEL
-    for path in managed_settings_files(managed_dir):
-        menv = _managed_env(path)
+    files: list[tuple[str, bytes | None]] = (
+        list(far_managed) if far_managed is not None
+        else [(p, None) for p in managed_settings_files(managed_dir)])
+    for path, raw in files:
+        menv = _managed_env(path, raw, far=far_managed is not None)
         url = menv.get("ANTHROPIC_BASE_URL")
         if url is not None and not (isinstance(url, str) and _same_url(url, url_pinned)):
             raise UserError(
@@ -587,6 +606,14 @@ class ClaudeAdapter(Adapter):
     endpoint: str | None = None
     #: the machine's managed configuration (a test points it elsewhere)
     managed_dir: str = MANAGED_DIR
+    #: a far run: the runner's name, its managed settings files as its
+    #: preflight found them, and this run's session leaf there (None: not
+    #: resolved, so not granted). The settings file is written there by the
+    #: far script, the transcript digested there (site/ssh.py).
+    far_machine: str | None = None
+    far_managed: tuple[str, ...] = ()
+    far_leaf: str | None = None
+    far_session_env: str | None = None
 
     def time_limit(self) -> float | None:
         return float(self.max_seconds)
@@ -610,7 +637,7 @@ class ClaudeAdapter(Adapter):
         resume = self.instruction.resume
         if resume is not None:
             return resume.session_id
-        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"saphan:run:{self.run_id}"))
+        return run_session_id(self.run_id)
 
     @property
     def settings_path(self) -> str:
@@ -665,10 +692,9 @@ class ClaudeAdapter(Adapter):
     def argv(self, policy: Policy) -> list[str]:
         from saphan.confine import nofollow
 
-        # Written outside the writable set (the run directory): Claude Code reads it.
-        nofollow.write_replace(self.settings_path,
-                               (json.dumps(dict(SETTINGS), indent=2, sort_keys=True)
-                                + "\n").encode())
+        if self.far_machine is None:
+            # Written outside the writable set (the run directory): Claude Code reads it.
+            nofollow.write_replace(self.settings_path, settings_bytes())
         pc = self.instruction.permission_class
         resume = self.instruction.resume
         return compose_argv(
@@ -709,7 +735,10 @@ class ClaudeAdapter(Adapter):
             else f"saphan's default for Claude Code ({DEFAULT_MODEL}: what 2.1.197 "
                  "requests when nothing names a model, measured)")
         out["endpoint"] = self.endpoint or f"{DEFAULT_ENDPOINT} (the tool's default)"
-        out["instruction_files"] = instruction_files(self.managed_dir)
+        out["instruction_files"] = (
+            instruction_files(self.managed_dir) if self.far_machine is None
+            else [f"(not listed for a run on {self.far_machine}: Claude Code loads that "
+                  f"machine's managed {MANAGED_DIR}/CLAUDE.md and .claude/rules if present)"])
         out["claude_pins"] = {
             "setting_sources": [],
             "settings_file": self.settings_path,
@@ -717,7 +746,8 @@ class ClaudeAdapter(Adapter):
             "disallowed_tools": list(DISALLOWED_TOOLS),
             "subagent_model": self.model,
             "max_turns": self.max_turns,
-            "managed_settings": managed_settings_files(self.managed_dir),
+            "managed_settings": (managed_settings_files(self.managed_dir)
+                                 if self.far_machine is None else list(self.far_managed)),
         }
         out["tool_policy"] = {
             "permission_mode": self.permission_mode,
@@ -729,8 +759,10 @@ class ClaudeAdapter(Adapter):
             # Nothing of the derived set is enforced: say so rather than list it.
             out["writable"] = []
             out["engine_claim"] = VENDOR_NOTE
-        else:
+        elif self.far_machine is None:
             out["session_dir"] = session_leaf(self.instruction.workdir)
+        else:
+            out["session_dir"] = self.far_leaf
         return out
 
     def after_run(self, stdout_path: str) -> dict[str, Any]:
@@ -783,6 +815,8 @@ class ClaudeAdapter(Adapter):
                 out["notes"] = [
                     f"{why}: a command of the run could have written it. Neither the outcome "
                     "nor the usage is taken from it (usage: none recorded)"]
+        if self.far_machine is not None:
+            return out  # digested on the runner (site/ssh.py)
         from saphan.errors import PlantedLink
 
         path = transcript_path(self.instruction.workdir, self.session_id)

@@ -259,6 +259,15 @@ def configured_mcp_servers(home: str | None = None) -> tuple[str, ...]:
     except OSError as e:
         raise UserError(f"{path}: cannot read Codex's config ({e.strerror}); saphan reads it "
                         "to pin its MCP servers off; make it readable or remove it") from None
+    return mcp_servers_of(path, raw)
+
+
+def mcp_servers_of(path: str, raw: bytes | None) -> tuple[str, ...]:
+    """:func:`configured_mcp_servers` of a config file's bytes (read on this
+    machine or, for a far run, on the runner; None: it could not be read)."""
+    if raw is None:
+        raise UserError(f"{path}: cannot read Codex's config; saphan reads it to pin its MCP "
+                        "servers off; make it readable or remove it")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
@@ -298,6 +307,10 @@ SYSTEM_REFUSED = frozenset({
 })
 
 
+_SYSTEM_FIX = ("ask the machine's administrator to remove it, or run Codex on another machine "
+               "(saphan's pins on the command line do not hold against it)")
+
+
 def check_system_config(system_dir: str = SYSTEM_DIR) -> None:
     """Before the seat: refuse (UserError) a machine whose Codex
     configuration (``system_dir``'s :data:`SYSTEM_FILES`) sets any key of
@@ -306,8 +319,7 @@ def check_system_config(system_dir: str = SYSTEM_DIR) -> None:
     MCP server and ``model_provider`` took effect, the key went to another
     server while the record named the slot's endpoint). A file present but
     not readable or not valid TOML is refused too."""
-    fix = ("ask the machine's administrator to remove it, or run Codex on another machine "
-           "(saphan's pins on the command line do not hold against it)")
+    fix = _SYSTEM_FIX
     for name in SYSTEM_FILES:
         path = os.path.join(system_dir, name)
         try:
@@ -318,17 +330,29 @@ def check_system_config(system_dir: str = SYSTEM_DIR) -> None:
         except OSError as e:
             raise UserError(f"{path}: cannot read the machine's Codex config ({e.strerror}); "
                             f"Codex reads it, so saphan must check it; {fix}") from None
-        try:
-            data = tomllib.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-            raise UserError(f"{path}: the machine's Codex config is not valid TOML ({e}); "
-                            f"saphan cannot check it; {fix}") from None
-        bad = sorted(SYSTEM_REFUSED & set(data))
-        if bad:
-            raise UserError(
-                f"{path}: the machine's Codex config sets {', '.join(bad)}, which would choose "
-                "the run's model or endpoint, start a program outside Codex's sandbox or shape "
-                f"that sandbox; {fix}")
+        check_system_file(path, raw)
+
+
+def check_system_file(path: str, raw: bytes | None, where: str = "") -> None:
+    """One file of :func:`check_system_config`, as read on this machine or,
+    for a far run, on the runner ``where`` (None: it could not be read)."""
+    fix = _SYSTEM_FIX
+    if where:
+        path = f"{path} on {where}"
+    if raw is None:
+        raise UserError(f"{path}: cannot read the machine's Codex config; Codex reads it, so "
+                        f"saphan must check it; {fix}")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise UserError(f"{path}: the machine's Codex config is not valid TOML ({e}); "
+                        f"saphan cannot check it; {fix}") from None
+    bad = sorted(SYSTEM_REFUSED & set(data))
+    if bad:
+        raise UserError(
+            f"{path}: the machine's Codex config sets {', '.join(bad)}, which would choose "
+            "the run's model or endpoint, start a program outside Codex's sandbox or shape "
+            f"that sandbox; {fix}")
 
 
 def _within(path: str, parent: str) -> bool:
@@ -707,8 +731,13 @@ class CodexAdapter(Adapter):
     #: the engine's watchdog (seconds): at the limit the run's whole tree is
     #: ended (SIGTERM through the reaper, then SIGKILL): time-limit-killed
     max_seconds: int = DEFAULT_AGENT_MAX_SECONDS
-    #: the user's config's MCP servers, each pinned off (:meth:`checked`)
+    #: the user's config's MCP servers, each pinned off (:meth:`checked`;
+    #: for a far run, read there by the preflight)
     mcp_servers: tuple[str, ...] = ()
+    #: a far run: the runner's name and the CODEX_HOME resolved there (its
+    #: config was read there; nothing of this host's CODEX_HOME applies)
+    far_machine: str | None = None
+    far_home: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -831,7 +860,8 @@ class CodexAdapter(Adapter):
         pinned = dict(agent[i + 1].partition("=")[::2] for i in range(len(agent) - 1)
                       if agent[i] == "-c")
         try:
-            servers = configured_mcp_servers()
+            # read again now (a far run's was read on the runner by its preflight)
+            servers = self.mcp_servers if self.far_machine else configured_mcp_servers()
         except UserError as e:
             raise refusals.bypass_token(str(e), "fix Codex's config.toml") from None
         # every MCP server of the user's config, pinned off (read again now)
@@ -852,7 +882,7 @@ class CodexAdapter(Adapter):
         out = super().record(policy)
         out["model"] = self.model
         out["endpoint"] = self.provider.base_url if self.provider is not None else OPENAI_BASE_URL
-        out["codex_home"] = codex_home()
+        out["codex_home"] = self.far_home if self.far_machine else codex_home()
         return out
 
     def after_run(self, stdout_path: str) -> dict[str, Any]:

@@ -44,12 +44,25 @@ class Request:
     max_seconds: int | None = None
 
 
-def prepare(
-    ctx: Context, tool: str, request: Request, *, workdir: str, run_id: str,
-    confinement: str, run_dir: Path, slot: Slot | None = None,
-) -> Adapter:
-    """The run's adapter. What ``request`` leaves unsaid comes from the
-    slot's run defaults (fleet/slots.py), then the tool's own defaults."""
+@dataclass(frozen=True)
+class Settled:
+    """A request with the slot's run defaults applied, checked (nothing written)."""
+
+    prompt: str
+    model: str | None
+    max_turns: int | None
+    max_seconds: int | None
+    permission_class: permission_class.PermissionClass | None
+    #: the slot's endpoint (checked again here: the store's row is not signed)
+    endpoint: str | None
+
+
+def settle(tool: str, request: Request, slot: Slot | None, *,
+           check_env: bool = True) -> Settled:
+    """The task, the model and budgets (the request's, else the slot's), the
+    permission class — the part of preparing a run that is the same on every
+    site. ``check_env``: the class's credentials must be set in saphan's
+    environment (they are passed to the agent at launch)."""
     if (request.prompt is None) == (request.prompt_file is None):
         raise UserError("an agent slot needs the task: give exactly one of --prompt TEXT or "
                         "--prompt-file FILE")
@@ -72,17 +85,8 @@ def prepare(
     model = request.model or (slot.model if slot is not None else None)
     max_turns = request.max_turns or (slot.max_turns if slot is not None else None)
     max_seconds = request.max_seconds or (slot.max_seconds if slot is not None else None)
-    if tool == "claude":  # its endpoint and the models it pins are the only ones
-        claude.preflight(slot.endpoint if slot is not None else None, model)
     pc = permission_class.load(request.permission_class) if request.permission_class else None
-    wd = os.path.realpath(workdir)
-    if pc is not None and pc.write_scope and not pc.scope_covers(wd):
-        raise UserError(
-            f"permission class {pc.source} allows work only inside "
-            f"{', '.join(pc.write_scope)}, and the working directory is {wd}; run inside its "
-            "write scope or use another class"
-        )
-    if pc is not None and tool != "loop":
+    if check_env and pc is not None and tool != "loop":
         missing = [v for v in pc.credentials if not os.environ.get(v)]
         if missing:
             raise UserError(
@@ -90,6 +94,32 @@ def prepare(
                 "are not set in saphan's environment; export them (the engine passes them to "
                 "the agent at launch and records only their names)"
             )
+    endpoint = slot.endpoint if slot is not None else None
+    if endpoint is not None:
+        from saphan.endpoints import check_endpoint
+
+        check_endpoint(endpoint)
+    return Settled(prompt, model, max_turns, max_seconds, pc, endpoint)
+
+
+def prepare(
+    ctx: Context, tool: str, request: Request, *, workdir: str, run_id: str,
+    confinement: str, run_dir: Path, slot: Slot | None = None,
+) -> Adapter:
+    """The run's adapter. What ``request`` leaves unsaid comes from the
+    slot's run defaults (fleet/slots.py), then the tool's own defaults."""
+    got = settle(tool, request, slot)
+    prompt, model, pc = got.prompt, got.model, got.permission_class
+    max_turns, max_seconds = got.max_turns, got.max_seconds
+    if tool == "claude":  # its endpoint and the models it pins are the only ones
+        claude.preflight(got.endpoint, model)
+    wd = os.path.realpath(workdir)
+    if pc is not None and pc.write_scope and not pc.scope_covers(wd):
+        raise UserError(
+            f"permission class {pc.source} allows work only inside "
+            f"{', '.join(pc.write_scope)}, and the working directory is {wd}; run inside its "
+            "write scope or use another class"
+        )
     if tool == "claude":  # a run must not write the next one's configuration
         claude.refuse_config_home_in(wd)
     resume = _resume(ctx, tool, request.resume, wd) if request.resume else None
@@ -97,9 +127,9 @@ def prepare(
         from saphan.loop.adapter import interpreter
 
         lane_parts = _lane(ctx, request)
-        binary = interpreter()
+        binary = interpreter(slot.agent_path if slot is not None else None)
     else:
-        binary = binaries.identify(tool)
+        binary = binaries.identify(tool, slot.agent_path if slot is not None else None)
     run_dir.mkdir(parents=True, exist_ok=True)
     prompt_path = run_dir / "prompt.txt"
     prompt_path.write_text(prompt, encoding="utf-8")
@@ -108,11 +138,7 @@ def prepare(
     from saphan.tools.adapter import DEFAULT_AGENT_MAX_SECONDS
 
     limit = max_seconds or DEFAULT_AGENT_MAX_SECONDS
-    endpoint = slot.endpoint if slot is not None else None
-    if endpoint is not None:
-        from saphan.endpoints import check_endpoint
-
-        check_endpoint(endpoint)  # again at run time: the store's row is not signed
+    endpoint = got.endpoint
     if tool == "claude":
         cl = ClaudeAdapter(binary, instruction, confinement, run_id, max_seconds=limit,
                            max_turns=max_turns, endpoint=endpoint)
@@ -172,7 +198,9 @@ def _lane(ctx: Context, request: Request) -> tuple[Lane, dict[str, bytes], tuple
     return lane, keys, hidden, scrub
 
 
-def _resume(ctx: Context, tool: str, run_ref: str, workdir: str) -> Resume:
+def verified_previous(ctx: Context, tool: str, run_ref: str) -> dict[str, Any]:
+    """The record of the run ``--resume RUN`` names: signed by this
+    workspace and unchanged, and of the same tool."""
     found = ctx.run_record(run_ref)
     if found.signature != "valid":
         # The session a run continues is taken from this record: only one
@@ -188,6 +216,15 @@ def _resume(ctx: Context, tool: str, run_ref: str, workdir: str) -> Resume:
     if previous.get("tool") != tool:
         raise UserError(f"--resume {run_ref}: run {previous['id']} ran tool "
                         f"{previous.get('tool')!r}, this slot runs {tool!r}")
+    return previous
+
+
+def _resume(ctx: Context, tool: str, run_ref: str, workdir: str) -> Resume:
+    previous = verified_previous(ctx, tool, run_ref)
+    if (previous.get("transport") or {}).get("kind") == "ssh":
+        raise UserError(f"--resume {run_ref}: run {previous['id']} ran on SSH machine "
+                        f"{previous.get('machine')!r}; its session is there: resume it on a "
+                        "slot of that machine")
     session = (previous.get("agent_session") or {}).get("id")
     if not session:
         raise UserError(f"--resume {run_ref}: run {previous['id']} recorded no {tool} session "

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 SITES: dict[str, tuple[str, ...]] = {
     "command": ("local", "ssh"),
-    "claude": ("local",),
-    "codex": ("local",),
-    "loop": ("local",),
+    "claude": ("local", "ssh"),
+    "codex": ("local", "ssh"),
+    "loop": ("local", "ssh"),
 }
 
 

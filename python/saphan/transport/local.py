@@ -65,9 +65,25 @@ def set_dumpable(on: bool) -> bool:
     """
     if sys.platform != "linux":
         return True
-    from saphan import _native
-
+    try:
+        from saphan import _native
+    except ImportError:
+        # The loop's zipapp on a runner (loop/zipapp.py) has no native
+        # extension: prctl(2) through libc, checked the same way.
+        return _set_dumpable_libc(on)
     return _native.set_dumpable(on)
+
+
+def _set_dumpable_libc(on: bool) -> bool:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_get_dumpable, pr_set_dumpable = 3, 4
+    was = libc.prctl(pr_get_dumpable, 0, 0, 0, 0)
+    if was < 0 or libc.prctl(pr_set_dumpable, 1 if on else 0, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_DUMPABLE): {os.strerror(err)}")
+    return bool(was)
 
 
 def _forward_signals(proc: subprocess.Popen[bytes], got: list[int],

@@ -482,6 +482,8 @@ class SSHConnection:
         stream: bool = True,
         on_stderr_line: Callable[[bytes], bool] | None = None,
         on_started: Callable[[], None] | None = None,
+        stdin: bytes | None = None,
+        time_limit: float | None = None,
     ) -> Finished:
         """Run ``script``, writing its output to ``stdout.log``/``stderr.log``
         in ``run_dir`` (and this terminal when ``stream``) as it arrives.
@@ -495,9 +497,12 @@ class SSHConnection:
         site reads the far holder over another channel). ``on_stderr_line``
         sees each complete stderr line and returns False to keep it off the
         terminal (it still goes to the log); it is never asked to interpret
-        it. No timeout: a run takes what it takes. A channel that closes
-        without an exit status is a lost connection (TransportError), never
-        an exit code.
+        it. ``stdin``: bytes written first on the channel (the launcher's
+        frame, site/far.frame), before the lifeline. ``time_limit``: seconds
+        after which the run is hung up as on Ctrl-C (``killed_at_limit``);
+        none: a run takes what it takes. A channel that closes without an
+        exit status is a lost connection (TransportError), never an exit
+        code.
         """
         paramiko = _paramiko()
 
@@ -507,8 +512,12 @@ class SSHConnection:
             chan = self._transport().open_session(timeout=self.connect_timeout)
             launching()  # a signal before this: the far command is not started
             chan.exec_command(sh(script))
+            if stdin is not None:
+                chan.sendall(stdin)
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise self._fail(f"cannot start the run: {_describe(e)}") from None
+        deadline = None if time_limit is None else time.monotonic() + time_limit
+        limited = False
         got: list[int] = []
         code: int | None = None
         partial = b""
@@ -525,6 +534,9 @@ class SSHConnection:
                         _stop(chan)
                         raise
                 while True:
+                    if deadline is not None and not limited and time.monotonic() > deadline:
+                        limited = True
+                        _stop(chan)  # hung up as on Ctrl-C; its end is still collected
                     if got and grace_until is None:
                         # Cut the lifeline here, not in the signal handler: the
                         # handler may run while this thread holds the channel's lock.
@@ -578,7 +590,7 @@ class SSHConnection:
             raise Interrupted(got[0], code)
         if code is None:
             raise self._fail("the run's channel closed without an exit status (connection lost)")
-        return Finished(code, out_path, err_path)
+        return Finished(code, out_path, err_path, killed_at_limit=limited)
 
 
 #: a keepalive is sent this often (seconds) on an idle connection ...

@@ -411,6 +411,13 @@ pub fn launch(custody: Result<(), &Refusal>, launch: Launch, confine: bool) -> E
     // still comes after the frame was consumed whole.
     let framed = if launch.stdin_frame {
         match read_stdin_frame() {
+            // Under `exec` the launcher sets TMPDIR (the policy's scratch).
+            Ok((frame, _)) if confine && frame.names("TMPDIR") => {
+                return status.refuse(&frame_refusal(
+                    "TMPDIR may not be given in the frame under exec (the launcher sets it \
+                     to the policy's scratch directory)",
+                ));
+            }
             Ok(framed) => Some(framed),
             Err(r) => return status.refuse(&r),
         }

@@ -15,8 +15,9 @@
 //! exactly one space, nothing trails a header. Rules:
 //! * a header line is at most [`MAX_HEADER`] bytes (its `\n` included);
 //! * NAME matches `^[A-Za-z_][A-Za-z0-9_]*$`, is at most [`MAX_NAME`] bytes,
-//!   is not `TMPDIR` (the launcher sets that itself under `exec`), and is
-//!   named once (by `keep` or by `env`);
+//!   and is named once (by `keep` or by `env`); under `exec` it is not
+//!   `TMPDIR`, which the launcher sets itself (checked by `launch`; `reap`
+//!   takes it from the frame: a supervised run's scratch directory);
 //! * LEN is decimal digits only (no sign, no `+`); an env value is at most
 //!   [`MAX_ENV_VALUE`] bytes, a stdin payload at most [`MAX_STDIN`];
 //! * end of input before `end\n` is an error.
@@ -150,12 +151,14 @@ fn check_name(name: &str, what: &str) -> Result<(), FrameError> {
     if b.len() > MAX_NAME {
         return err(format!("{what}: the NAME is longer than {MAX_NAME} bytes"));
     }
-    if name == "TMPDIR" {
-        return err(format!(
-            "{what} TMPDIR: TMPDIR may not be given in the frame (the launcher sets it itself)"
-        ));
-    }
     Ok(())
+}
+
+impl Frame {
+    /// Whether the frame names `name` (by `keep` or by `env`).
+    pub fn names(&self, name: &str) -> bool {
+        self.keep.iter().any(|k| k == name) || self.env.iter().any(|(k, _)| k == name)
+    }
 }
 
 fn parse_len(field: &str, max: usize, what: &str) -> Result<usize, FrameError> {
@@ -397,8 +400,6 @@ mod tests {
                 frame(&[&env_item("A", SECRET.as_bytes()), b"keep A\n"]),
                 "twice",
             ),
-            (frame(&[b"keep TMPDIR\n"]), "TMPDIR"),
-            (frame(&[&env_item("TMPDIR", SECRET.as_bytes())]), "TMPDIR"),
             (frame(&[big_env.as_bytes()]), "limit"),
             (frame(&[big_stdin.as_bytes()]), "limit"),
             (frame(&[b"env A 99999999999999999999999999\n"]), "limit"),

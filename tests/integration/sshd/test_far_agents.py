@@ -1,0 +1,404 @@
+"""Agents on remote runners: the real pinned Claude Code and Codex CLI, run
+over SSH on the netns test hosts (their own filesystem view) against
+scripted model servers bound to the control plane's veth address, which
+the far host reaches. Each run writes and commits in its far working
+directory and is refused writing outside it; the key crosses the channel's
+stdin, never a far command line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.sshd.conftest import Remote
+from integration.sshd.sshhosts import FarHost
+from saphan.tools.session_key import session_key
+from tools.model_servers import MessagesServer, ResponsesServer
+
+PINNED = "claude-opus-4-8"
+KEY = "sk-ant-far-test-key-0123456789"
+OPENAI_KEY = "sk-far-openai-test-key-9876543210"
+
+#: every far process's command line, one a line (the model runs it)
+CMDLINES = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
+
+
+#: a TCP forwarder for the far host's loopback (run in its network namespace):
+#: the endpoint a far agent names is on its own machine's loopback (plain http
+#: anywhere else is refused), and reaches the scripted server from there
+FORWARD = r"""
+import socket, sys, threading
+lport, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", lport))
+s.listen(64)
+print("ready", flush=True)
+def pipe(a, b):
+    try:
+        while True:
+            d = a.recv(65536)
+            if not d:
+                break
+            b.sendall(d)
+    except OSError:
+        pass
+    finally:
+        for x in (a, b):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+while True:
+    c, _ = s.accept()
+    u = socket.create_connection((host, port))
+    for a, b in ((c, u), (u, c)):
+        threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+"""
+
+
+@contextmanager
+def far_loopback(h: FarHost, port: int) -> Iterator[str]:
+    """``http://127.0.0.1:PORT`` on the far host, forwarded to the scripted
+    server at the control plane's veth address (same port)."""
+    p = subprocess.Popen(["ip", "netns", "exec", h.netns, sys.executable, "-c", FORWARD,
+                          str(port), h.host_addr, str(port)], stdout=subprocess.PIPE)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == b"ready"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        p.kill()
+        p.wait()
+
+
+def _far_agent(h: FarHost, local: str, name: str) -> Path:
+    """The agent binary where the far user can run it: a copy in the far
+    host's own view (the control plane's copy lives under /root)."""
+    far = Path("/opt/saphan-test-agents") / name
+    view = h.far_path(far)
+    if not view.exists():
+        view.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(local, view)
+        view.chmod(0o755)
+    return far
+
+
+def _repo(h: FarHost, rel: str) -> Path:
+    wd = h.mkdir(rel)
+    h.as_user("git", "-C", str(wd), "init", "-q", "-b", "main")
+    return wd
+
+
+def _git_log(h: FarHost, wd: Path) -> str:
+    return h.as_user("git", "-C", str(wd), "log", "--format=%s").stdout
+
+
+def _claude_slot(far: Remote, name: str, claude_bin: str, endpoint: str,
+                 slot: str = "cl") -> Path:
+    far.ready(name, slot=slot, tool="claude")
+    path = _far_agent(far.host(name), claude_bin, "claude")
+    far.ok("slot", "set", name, slot, "--agent-path", str(path), "--endpoint", endpoint)
+    return path
+
+
+def _class(tmp_path: Path, *commands: str) -> Path:
+    pc = tmp_path / "class.json"
+    pc.write_text(json.dumps({"schema": 2, "allowed_commands": list(commands),
+                              "network": "open"}))
+    return pc
+
+
+def _run(far: Remote, name: str, slot: str, wd: Path, *extra: str, env: dict[str, str],
+         ok: bool = True) -> Any:
+    args = ("run", "--machine", name, "--slot", slot, "--workdir", str(wd), "--json", *extra)
+    return far.ok(*args, env=env, timeout=300) if ok else far(*args, env=env, timeout=300)
+
+
+@pytest.mark.slow
+def test_far_claude_writes_commits_is_refused_outside_and_the_key_stays_off_argv(
+        far: Remote, claude_bin: str, tmp_path: Path) -> None:
+    h = far.host("far1")
+    wd = _repo(h, "agents/claude-wd")
+    outside = h.home / "outside-claude.txt"
+    above = h.home / ".claude" / "settings-escape.json"  # above this run's leaf
+    commit = ("git add hello.txt && git -c user.email=a@b -c user.name=a commit -qm far-claude "
+              "&& echo committed")
+    script = [("write", str(wd / "hello.txt"), "from far claude\n"),
+              ("write", str(wd / "i.sh"), f"{commit}\necho x > {outside} || echo refused\n"
+                                          f"echo x > {above} || echo above-refused\n"
+                                          f"{CMDLINES}\n"),
+              ("shell", "sh i.sh"), ("text", "finished")]
+    with MessagesServer(script, host=h.host_addr) as srv, \
+            far_loopback(h, srv.port) as url:
+        path = _claude_slot(far, "far1", claude_bin, url)
+        env = far.s.env(ANTHROPIC_API_KEY=KEY)
+        rec = _run(far, "far1", "cl", wd, "--prompt", "go", "--permission-class",
+                   str(_class(tmp_path, "sh")), env=env).json()
+        results = "\n".join(srv.tool_results())
+        assert set(srv.models()) == {PINNED}
+        assert all(hd.get("x-api-key") == KEY for hd in srv.headers)
+    assert rec["outcome"] == "exited" and rec["exit_code"] == 0, rec
+    assert h.far_path(wd / "hello.txt").read_text() == "from far claude\n"
+    assert "far-claude" in _git_log(h, wd)
+    assert "committed" in results and "refused" in results
+    assert not h.far_path(outside).exists()
+    assert "above-refused" in results and not h.far_path(above).exists()
+    # the key crossed the channel's stdin: no far process's argv held it
+    assert "--output-format" in results and KEY not in results
+    enforced = rec["enforced_by"]
+    assert enforced["mechanism"] == "landlock" and enforced["machine"] == "far1"
+    assert rec["agent"]["path"] == str(path) and rec["agent"]["resolved_on"] == "far1"
+    assert rec["agent"]["version"].startswith("2.1.197")
+    leaf = h.home / ".claude" / "projects" / session_key(str(wd))
+    assert rec["writable"][:2] == [str(wd), str(leaf)]
+    assert rec["claude_transcript"]["sha256"] and rec["session_dir"] == str(leaf)
+    assert "ANTHROPIC_API_KEY" in rec["environment"]["set"]
+    assert KEY not in json.dumps(rec)
+
+
+@pytest.mark.slow
+def test_far_claude_resume_continues_the_same_session_in_the_same_leaf(
+        far: Remote, claude_bin: str, tmp_path: Path) -> None:
+    h = far.host("far2")
+    wd = _repo(h, "agents/claude-resume")
+    with MessagesServer([("text", "first answer: the word is PELICAN")],
+                        host=h.host_addr) as srv, far_loopback(h, srv.port) as url:
+        _claude_slot(far, "far2", claude_bin, url)
+        env = far.s.env(ANTHROPIC_API_KEY=KEY)
+        first = _run(far, "far2", "cl", wd, "--prompt", "remember a word", env=env).json()
+    session = first["agent_session"]["id"]
+    leaf = h.home / ".claude" / "projects" / session_key(str(wd))
+    transcript = h.far_path(leaf / f"{session}.jsonl")
+    before = transcript.stat().st_size
+    with MessagesServer([("text", "second answer")], host=h.host_addr) as srv2, \
+            far_loopback(h, srv2.port) as url2:
+        far.ok("slot", "set", "far2", "cl", "--endpoint", url2)
+        second = _run(far, "far2", "cl", wd, "--prompt", "what was the word?", "--resume",
+                      first["id"], env=env).json()
+        sent = json.dumps(srv2.requests)
+    assert second["agent_session"]["id"] == session
+    assert second["resumes"] == {"run": first["id"], "session": session}
+    assert "PELICAN" in sent and "remember a word" in sent
+    assert transcript.stat().st_size > before
+    assert second["claude_transcript"]["sha256"] != first["claude_transcript"]["sha256"]
+
+
+@pytest.mark.slow
+def test_far_codex_delivered_pinned_and_self_confined(far: Remote, codex_bin: str,
+                                                      tmp_path: Path) -> None:
+    h = far.host("far3")
+    wd = _repo(h, "agents/codex-wd")
+    outside = h.home / "outside-codex.txt"
+    commit = ("git add hello.txt && git -c user.email=a@b -c user.name=a commit -qm far-codex "
+              "&& echo committed")
+    script = [("shell", f"echo from-codex > hello.txt && {commit}"),
+              ("shell", f"echo x > {outside} || echo refused"),
+              ("shell", CMDLINES), ("text", "finished")]
+    far.ready("far3", slot="cx", tool="codex")
+    delivered = far.ok("machine", "deliver", "far3", "--agent", "codex", "--json").json()[0]
+    assert delivered["result"] == "installed"
+    sha = subprocess.run(["sha256sum", codex_bin], capture_output=True, text=True,
+                         check=True).stdout.split()[0]
+    assert delivered["sha256"] == sha
+    shown = far.ok("machine", "show", "far3", "--json").json()
+    assert [a["path"] for a in shown["agents"]] == [delivered["path"]]
+    with ResponsesServer(script, host=h.host_addr) as srv, far_loopback(h, srv.port) as url:
+        far.ok("slot", "set", "far3", "cx", "--endpoint", url + "/v1",
+               "--pin-sha256", sha)
+        env = far.s.env(OPENAI_API_KEY=OPENAI_KEY)
+        # (a model outside Codex's own families gets its plain shell tool)
+        rec = _run(far, "far3", "cx", wd, "--prompt", "go", "--model", "scripted-model",
+                   env=env).json()
+        outputs = "\n".join(srv.outputs())
+        assert all({k.lower(): v for k, v in hd.items()}.get("authorization")
+                   == f"Bearer {OPENAI_KEY}" for hd in srv.headers)
+    assert rec["outcome"] == "exited" and rec["exit_code"] == 0, rec
+    assert "far-codex" in _git_log(h, wd)
+    assert "refused" in outputs and not h.far_path(outside).exists()
+    assert "codex" in outputs and OPENAI_KEY not in outputs
+    enforced = rec["enforced_by"]
+    assert enforced["mechanism"] == "vendor:codex"
+    assert enforced["engine_claim"].startswith("none")
+    assert enforced["validated_by"] == "--strict-config"
+    assert any(p.startswith("features.plugins=") for p in enforced["pinned_settings"])
+    assert rec["agent"]["sha256"] == sha and rec["agent"]["pinned_sha256"] == sha
+    assert OPENAI_KEY not in json.dumps(rec)
+
+
+def _refused(far: Remote, name: str, slot: str, wd: Path, env: dict[str, str]) -> Any:
+    r = _run(far, name, slot, wd, "--prompt", "go", env=env, ok=False)
+    assert r.code == 3, (r.out, r.err)
+    return r
+
+
+def test_far_refusals_missing_binary_and_pin(far: Remote, claude_bin: str) -> None:
+    h = far.host("far1")
+    wd = h.mkdir("agents/refusals")
+    far.ready("far1", slot="cl2", tool="claude")
+    env = far.s.env(ANTHROPIC_API_KEY=KEY)
+    # no --agent-path: Claude Code is never looked up on the far PATH
+    r = _refused(far, "far1", "cl2", wd, env)
+    assert "agent-binary-missing" in r.err and "--agent-path" in r.err
+    far.ok("slot", "set", "far1", "cl2", "--agent-path", "/opt/nothing/claude")
+    r = _refused(far, "far1", "cl2", wd, env)
+    assert "agent-binary-missing" in r.err and "/opt/nothing/claude" in r.err
+    path = _far_agent(h, claude_bin, "claude")
+    far.ok("slot", "set", "far1", "cl2", "--agent-path", str(path), "--pin-sha256", "0" * 64)
+    r = _refused(far, "far1", "cl2", wd, env)
+    assert "digest-mismatch" in r.err and "0" * 64 in r.err
+    # refused before any seat: nothing holds the slot
+    assert far.ok("slot", "show", "far1", "cl2", "--json").json()["holders"] == []
+
+
+def test_far_codex_needs_the_runners_measured_landlock(far: Remote) -> None:
+    far.add("far2")
+    far.ok("machine", "deliver", "far2")  # no --probe: no Landlock row
+    far.ok("slot", "add", "far2", "cx2", "--tool", "codex", "--agent-path", "/bin/true")
+    r = _refused(far, "far2", "cx2", far.host("far2").mkdir("agents/unprobed"),
+                 far.s.env(OPENAI_API_KEY=OPENAI_KEY))
+    assert "landlock-unprobed" in r.err
+
+
+def test_a_tampered_dial_reporting_a_foreign_leaf_is_refused(far: Remote, claude_bin: str
+                                                             ) -> None:
+    h = far.host("far2")
+    wd = h.mkdir("agents/foreign")
+    elsewhere = h.mkdir("agents/elsewhere")
+    claude = h.home / ".claude"
+    h.as_user("mkdir", "-p", str(claude / "projects"))
+    h.as_user("mv", str(claude / "projects"), str(claude / "projects.kept"))
+    h.as_user("ln", "-s", str(elsewhere), str(claude / "projects"))
+    try:
+        with MessagesServer([("text", "never")], host=h.host_addr) as srv, \
+                far_loopback(h, srv.port) as url:
+            _claude_slot(far, "far2", claude_bin, url, slot="cl3")
+            r = _refused(far, "far2", "cl3", wd, far.s.env(ANTHROPIC_API_KEY=KEY))
+            assert srv.requests == []
+        assert "session-dir-foreign" in r.err
+    finally:
+        h.far_path(claude / "projects").unlink()
+        h.as_user("mv", str(claude / "projects.kept"), str(claude / "projects"))
+
+
+def test_a_rejected_key_is_refused_from_the_runner_before_any_seat(far: Remote, claude_bin: str
+                                                                   ) -> None:
+    h = far.host("far1")
+    wd = h.mkdir("agents/auth")
+    with MessagesServer([("text", "never")], host=h.host_addr, reject_auth=True) as srv, \
+            far_loopback(h, srv.port) as url:
+        _claude_slot(far, "far1", claude_bin, url, slot="cl4")
+        r = _refused(far, "far1", "cl4", wd, far.s.env(ANTHROPIC_API_KEY=KEY))
+        assert srv.requests == [] and srv.paths == ["GET /v1/models"]
+        # the far curl read the key from its stdin: the server got it, no argv held it
+        assert srv.get_headers[0].get("x-api-key") == KEY
+    assert "agent-auth-rejected" in r.err and KEY not in r.err
+    assert far.ok("slot", "show", "far1", "cl4", "--json").json()["holders"] == []
+    rec = far.record()
+    assert rec["refusal"]["class"] == "agent-auth-rejected" and rec.get("session_ordinal") is None
+    # without any key here and no login file there: missing, named
+    r = _refused(far, "far1", "cl4", wd, far.s.env())
+    assert "agent-auth-missing" in r.err and "ANTHROPIC_API_KEY" in r.err
+
+
+@pytest.mark.slow
+def test_far_loop_is_jailed_and_its_key_never_reaches_argv_env_or_a_far_file(
+        far: Remote, tmp_path: Path) -> None:
+    import secrets
+
+    from tools.model_servers import ChatCompletionsServer
+
+    h = far.host("far3")
+    wd = _repo(h, "agents/loop-wd")
+    outside = h.home / "outside-loop.txt"
+    lane_key = "sk-lane-" + secrets.token_hex(16)
+    keyfile = tmp_path / "lane.key"
+    keyfile.write_text(lane_key)
+    keyfile.chmod(0o600)
+    commit = ("git add hello.txt && git -c user.email=a@b -c user.name=a commit -qm far-loop "
+              "&& echo committed")
+    # (the key's start is put together at run time, so this line never holds it)
+    probe = (f"{CMDLINES}; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; "
+             f"grep -rl -- \"$(printf '%s%s' sk-lane- {lane_key[8:16]})\" {h.home} /tmp "
+             "2>/dev/null | sed 's/^/F''OUND /'; echo probed")
+    script: list[Any] = [
+        ("calls", [("write_file", {"path": "hello.txt", "content": "from the far loop\n"}),
+                   ("run_command", {"argv": ["sh", "-c", commit], "timeout": 60}),
+                   ("run_command", {"argv": ["sh", "-c", f"echo x > {outside} || echo refused"],
+                                    "timeout": 60}),
+                   ("run_command", {"argv": ["sh", "-c", probe], "timeout": 60})]),
+        ("calls", [("finish", {"summary": "done"})]),
+    ]
+    far.ready("far3", slot="lp", tool="loop")
+    assert far.ok("machine", "deliver", "far3", "--agent", "loop", "--json"
+                  ).json()[0]["result"] == "installed"
+    far.ok("slot", "set", "far3", "lp", "--agent-path", "/usr/bin/python3")
+    with ChatCompletionsServer(script, host=h.host_addr) as srv, \
+            far_loopback(h, srv.port) as url:
+        far.ok("lane", "add", "L", "--base-url", f"{url}/v1", "--model", "m",
+               "--credential-file", str(keyfile))
+        rec = _run(far, "far3", "lp", wd, "--prompt", "go", env=far.s.env()).json()
+        results = "\n".join(srv.tool_results())
+        assert all(hd.get("Authorization") == f"Bearer {lane_key}" for hd in srv.headers)
+    assert rec["loop"]["end"] == "finished", rec
+    assert h.far_path(wd / "hello.txt").read_text() == "from the far loop\n"
+    assert "far-loop" in _git_log(h, wd)
+    assert "refused" in results and not h.far_path(outside).exists()
+    assert "probed" in results and "saphan-launcher" in results
+    assert lane_key not in results and "FOUND" not in results
+    assert rec["enforced_by"]["mechanism"] == "landlock"
+    assert rec["agent"]["zipapp"]["sha256"] and rec["agent"]["path"] == "/usr/bin/python3"
+    assert rec["blinding"]["credential_channel"].startswith("the lane's key was read")
+    assert lane_key not in json.dumps(rec)
+
+
+@pytest.mark.slow
+def test_a_far_agent_run_holds_its_seat_far_and_runs_cancel_ends_it(
+        far: Remote, claude_bin: str, tmp_path: Path) -> None:
+    """Capacity and liveness as for a far command: the far launcher holds
+    the seat (read there by pid, start time and boot id), a second run on
+    the one-seat slot is refused seat-full, and `runs cancel` ends the
+    agent's whole far tree and records it."""
+    import os
+    import time
+
+    from conftest import saphan_exe
+    from integration.sshd.conftest import pid_alive, stop
+    from run.test_cancel import processes_with
+
+    h = far.host("far1")
+    wd = h.mkdir("agents/cancel")
+    token = f"900.{os.getpid()}{time.monotonic_ns() % 10**6}"
+    script = [("shell", f"sleep {token}"), ("text", "never reached")]
+    with MessagesServer(script, host=h.host_addr) as srv, far_loopback(h, srv.port) as url:
+        _claude_slot(far, "far1", claude_bin, url, slot="cl5")
+        env = far.s.env(ANTHROPIC_API_KEY=KEY)
+        pc = _class(tmp_path, "sleep")
+        proc = subprocess.Popen(
+            [saphan_exe(), "run", "--machine", "far1", "--slot", "cl5", "--workdir", str(wd),
+             "--prompt", "go", "--permission-class", str(pc)],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        try:
+            holder = far.wait_far_holder("far1", "cl5", timeout=60)
+            deadline = time.monotonic() + 60
+            while not processes_with(token) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert processes_with(token), "the agent's command never started"
+            second = _run(far, "far1", "cl5", wd, "--prompt", "again", env=env, ok=False)
+            assert second.code == 3 and "seat-full" in second.err
+            r = far("runs", "cancel", holder["run"], "--grace", "5")
+            assert r.code == 0, r.err
+        finally:
+            code, _out, err = stop(proc)
+    rec = far.record(holder["run"])
+    assert rec["outcome"] == "cancelled" and rec["state"] == "ended", (code, err)
+    assert not pid_alive(holder["pid"]) and not processes_with(token)
+    assert far.ok("slot", "show", "far1", "cl5", "--json").json()["holders"] == []
