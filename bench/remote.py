@@ -14,10 +14,16 @@ same hosts tests/integration/sshd uses; needs root) and measures, as medians:
 
 3. the launcher's self-digest (`--expect-sha256`, hashing /proc/self/exe
    before it applies anything) on a copy padded to 10 MB, beside the same
-   launcher without it (bench/self_digest.py).
+   launcher without it (bench/self_digest.py);
+4. a far Claude Code run (`saphan run` on a claude slot of far1: the dial,
+   the auth pre-flight from the runner, the frame, Landlock there) beside
+   the same run on a local claude slot (bubblewrap), both against a
+   scripted model server that answers at once ("excluding model time":
+   one turn, no tool call). Needs the pinned claude (ci/setup).
 
 Targets: remote run <= 2x plain ssh; 4 hosts in parallel <= 1.5x one host
-(issue 6); the self-digest adds <= 5 ms on a 10 MB launcher (issue 15).
+(issue 6); the self-digest adds <= 5 ms on a 10 MB launcher (issue 15); the
+far Claude run's overhead over the local one is reported (issue 18).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=30, help="samples per run case")
     ap.add_argument("--rounds", type=int, default=5, help="samples per delivery case")
+    ap.add_argument("--claude-runs", type=int, default=8, help="samples per Claude case")
     args = ap.parse_args()
     missing = missing_parts()
     if missing:
@@ -134,6 +141,7 @@ def main() -> None:
             ("the same with --expect-sha256 (self-digest of /proc/self/exe)", digest_reap,
              digest_reap / plain_reap, f"+{(digest_reap - plain_reap) * 1000:.1f} ms, <= +5 ms"),
         ]
+        rows += _claude_rows(saphan, env, hosts, args.claude_runs)
         print(f"{'case':<64} {'median ms':>10} {'ratio':>7}  target")
         for name, value, ratio, target in rows:
             print(f"{name:<64} {value * 1000:>10.1f} {ratio:>6.2f}x  {target}")
@@ -144,6 +152,59 @@ def main() -> None:
     finally:
         hosts.down()
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _claude_rows(saphan: str, env: dict[str, str], hosts: HostSet,
+                 n: int) -> list[tuple[str, float, float, str]]:
+    """Case 4: a claude run here and on far1, interleaved, medians."""
+    from integration.sshd.test_far_agents import _far_agent, far_loopback
+    from saphan.tools import binaries
+    from tools.model_servers import MessagesServer
+
+    claude = binaries.locate("claude")
+    if claude is None or n <= 0:
+        return []
+    far1 = hosts["far1"]
+    here_wd = Path(tempfile.mkdtemp(prefix="saphan-bench-wd-"))
+    far_wd = far1.mkdir("bench/claude")
+    cenv = dict(env, ANTHROPIC_API_KEY="sk-ant-bench-not-a-key", SAPHAN_CLAUDE_BIN=claude)
+    script = [("text", "done")]
+    try:
+        with MessagesServer(script) as here_srv, \
+                MessagesServer(script, host=far1.host_addr) as far_srv, \
+                far_loopback(far1, far_srv.port) as far_url:
+            def sh(*argv: str) -> None:
+                subprocess.run([saphan, *argv], env=cenv, check=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+            sh("machine", "add", "here", "--local")
+            sh("slot", "add", "here", "cl", "--tool", "claude", "--endpoint", here_srv.base_url)
+            path = _far_agent(far1, claude, "claude")
+            sh("slot", "add", "far1", "cl", "--tool", "claude", "--endpoint", far_url,
+               "--agent-path", str(path))
+
+            def local() -> None:
+                sh("run", "--machine", "here", "--slot", "cl", "--workdir", str(here_wd),
+                   "--prompt", "hi", "--json")
+
+            def remote() -> None:
+                sh("run", "--machine", "far1", "--slot", "cl", "--workdir", str(far_wd),
+                   "--prompt", "hi", "--json")
+
+            local()
+            remote()
+            xs: dict[str, list[float]] = {"local": [], "far": []}
+            for _ in range(n):
+                xs["local"].append(_median(local, 1))
+                xs["far"].append(_median(remote, 1))
+    finally:
+        shutil.rmtree(here_wd, ignore_errors=True)
+    lo, fa = statistics.median(xs["local"]), statistics.median(xs["far"])
+    return [
+        ("claude run, local slot (bubblewrap) [baseline]", lo, 1.0, ""),
+        ("claude run, far1 (dial, auth from the runner, frame, Landlock)", fa, fa / lo,
+         f"+{(fa - lo) * 1000:.0f} ms (info)"),
+    ]
 
 
 if __name__ == "__main__":

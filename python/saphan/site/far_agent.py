@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 from typing import TYPE_CHECKING, Any
 
 from saphan import refusals
@@ -93,7 +94,7 @@ def check_zipapp(ctx: Context, name: str, path: str, pf: Preflight) -> str:
     got = pf.get("also_sha256")
     fact = ctx.verified_fact(name, agent_fact_kind("loop"))
     want = fact[0].get("sha256") if fact is not None else None
-    if got is None:
+    if got is None or not re.fullmatch(r"[0-9a-f]{64}", got):
         raise refusals.agent_binary_missing(
             f"the loop's zipapp {path} is missing or unreadable on {name}",
             f"deliver it again: `saphan machine deliver {name} --agent loop`")
@@ -115,7 +116,7 @@ def far_binary(tool: str, name: str, path: str, pf: Preflight, workdir: str) -> 
             "--agent-path PATH`)" + (f"; or deliver it: `saphan machine deliver {name} "
                                      f"--agent {tool}`" if tool in DELIVERABLE else ""))
     digest = pf.get("agent_sha256")
-    if digest is None:
+    if digest is None or not re.fullmatch(r"[0-9a-f]{64}", digest):
         raise refusals.digest_mismatch(
             f"the {tool} binary {path} on {name} could not be digested there",
             f"make it readable by the far user, and give {name} sha256sum or shasum")

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import shlex
 import time
 from collections.abc import Sequence
@@ -685,6 +686,10 @@ def _check_workdir_apart(name: str, pf: Preflight) -> None:
 
 def _agent(name: str, pf: Preflight, argv0: str, wd: str) -> tuple[str, str]:
     path, digest = pf.get("agent_path"), pf.get("agent_sha256")
+    if digest is not None and not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise refusals.digest_mismatch(
+            f"{argv0!r} on {name} could not be digested there (the answer was not a SHA-256)",
+            f"make it readable by the far user on {name}")
     if path is None or digest is None:
         raise UserError(
             f"command {argv0!r} not found on {name} (its PATH, from {wd}); give its absolute "

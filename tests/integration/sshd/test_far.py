@@ -49,8 +49,10 @@ def test_linked_projects_dir_is_refused_as_foreign(far: Remote) -> None:
     wd = h.mkdir("sess2/wd")
     elsewhere = h.mkdir("elsewhere")
     claude = h.home / ".claude"
-    h.as_user("mkdir", "-p", str(claude))
-    h.as_user("ln", "-sfn", str(elsewhere), str(claude / "projects"))
+    # (a real projects/ an earlier test left is kept aside, and put back)
+    h.as_user("mkdir", "-p", str(claude / "projects"))
+    h.as_user("mv", str(claude / "projects"), str(claude / "projects.kept"))
+    h.as_user("ln", "-s", str(elsewhere), str(claude / "projects"))
     try:
         pf = _dial(far, "far2", wd)
         assert pf.get("session_dir") == str(elsewhere / session_key(str(wd)))
@@ -60,6 +62,7 @@ def test_linked_projects_dir_is_refused_as_foreign(far: Remote) -> None:
         assert f"it is not {claude}/projects/{session_key(str(wd))}" in e.value.message
     finally:
         h.far_path(claude / "projects").unlink()
+        h.as_user("mv", str(claude / "projects.kept"), str(claude / "projects"))
 
 
 def test_long_workdir_uses_the_engines_hashed_key(far: Remote) -> None:
