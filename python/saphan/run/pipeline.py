@@ -130,7 +130,8 @@ def run(
               if request is not None and request.permission_class is not None
               and s.tool == "command" else None)
         site = SshSite(ctx, s, m, command, workdir=far_wd, stream=stream, permission=pc,
-                       request=request if s.tool != "command" else None, mode=mode)
+                       request=request if s.tool != "command" else None, mode=mode,
+                       view=view)
     else:
         from saphan.site.local import LocalSite
 

@@ -39,8 +39,10 @@ import os
 import posixpath
 import re
 import shlex
+import sys
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +63,7 @@ from saphan.tools.binaries import check_pin
 if TYPE_CHECKING:
     from saphan.context import Context
     from saphan.liveness import RemoteCheck
+    from saphan.run.view import Escaped, View
     from saphan.site.far import Preflight
     from saphan.tools.adapter import Adapter
     from saphan.tools.launch import Request as AgentRequest
@@ -93,13 +96,15 @@ class SshSite:
     def __init__(self, ctx: Context, slot: Slot, machine: Machine, command: list[str], *,
                  workdir: str, stream: bool = True,
                  permission: PermissionClass | None = None,
-                 request: AgentRequest | None = None, mode: str = "engine") -> None:
+                 request: AgentRequest | None = None, mode: str = "engine",
+                 view: bool = False) -> None:
         self.ctx, self.slot, self.machine, self.command = ctx, slot, machine, command
         self.workdir, self.stream = workdir, stream
         #: the command's permission class (its network posture, its write scope)
         self.permission = permission
-        #: an agent slot's task, and run.confinement
-        self.request, self.mode = request, mode
+        #: an agent slot's task, and run.confinement; show a claude or codex
+        #: run's output one line per step (run/view.py)
+        self.request, self.mode, self.view = request, mode, view
         #: an agent slot's adapter, made with the far paths (site/far_agent.py)
         self.adapter: Adapter | None = None
         self.far: _Far | None = None
@@ -383,11 +388,21 @@ class SshSite:
         )
         record["output"] = {"stdout": str(run_dir / "stdout.log"),
                             "stderr": str(run_dir / "stderr.log")}
+        view: View | Escaped | None = None
+        if self.stream and (sys.stdout.isatty() or sys.stderr.isatty()):
+            from saphan.run.view import escaped_for_tool, for_tool
+
+            # what the far run writes reaches a terminal escaped (or as the view)
+            tool = self.slot.tool
+            view = ((for_tool(tool, workdir=rwd) if self.view else None)
+                    or escaped_for_tool(tool))
         try:
             finished = far.conn.stream(script, run_dir=str(run_dir), stream=self.stream,
                                        on_started=lambda: self._read_holder(record),
                                        stdin=far_side.frame(keep=keep, env=sent, stdin=stdin),
-                                       time_limit=limit)
+                                       time_limit=limit,
+                                       term_out=view.out if view else None,
+                                       term_err=view.err if view else None)
         except TransportError as lost:
             if "pid" not in self.seen:
                 raise
@@ -398,6 +413,10 @@ class SshSite:
         except Interrupted:
             self._collect_status(record, end, required=False)
             raise
+        finally:
+            if view is not None:
+                with suppress(OSError, ValueError):
+                    view.finish()
         end.exited(finished.exit_code)
         self._collect_status(record, end)
         if adapter is not None:

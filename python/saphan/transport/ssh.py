@@ -38,7 +38,7 @@ from saphan import refusals
 from saphan.errors import Interrupted, TransportError
 from saphan.store.rows import Machine
 from saphan.transport.local import Finished
-from saphan.transport.streams import catching, launching, tee
+from saphan.transport.streams import Sink, catching, launching, tee
 
 if TYPE_CHECKING:
     import paramiko
@@ -484,6 +484,8 @@ class SSHConnection:
         on_started: Callable[[], None] | None = None,
         stdin: bytes | None = None,
         time_limit: float | None = None,
+        term_out: Sink | None = None,
+        term_err: Sink | None = None,
     ) -> Finished:
         """Run ``script``, writing its output to ``stdout.log``/``stderr.log``
         in ``run_dir`` (and this terminal when ``stream``) as it arrives.
@@ -521,8 +523,9 @@ class SSHConnection:
         got: list[int] = []
         code: int | None = None
         partial = b""
-        term_out = sys.stdout.buffer if stream else None
-        term_err = sys.stderr.buffer if stream else None
+        # a view or escaping sinks (run/view.py) stand in for a terminal
+        shown_out = (sys.stdout.buffer if term_out is None else term_out) if stream else None
+        shown_err = (sys.stderr.buffer if term_err is None else term_err) if stream else None
         try:
             with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f, \
                     _note_signals(got):
@@ -550,7 +553,7 @@ class SSHConnection:
                         if not chunk:
                             break
                         moved = True
-                        tee(out_f, term_out, chunk)
+                        tee(out_f, shown_out, chunk)
                     while chan.recv_stderr_ready():
                         chunk = chan.recv_stderr(65536)
                         if not chunk:
@@ -562,9 +565,9 @@ class SSHConnection:
                         *lines, partial = partial.split(b"\n")
                         for line in lines:
                             show = on_stderr_line(line) if on_stderr_line else True
-                            if show and term_err is not None:
-                                term_err.write(line + b"\n")
-                                term_err.flush()
+                            if show and shown_err is not None:
+                                shown_err.write(line + b"\n")
+                                shown_err.flush()
                     if chan.exit_status_ready() and not chan.recv_ready() \
                             and not chan.recv_stderr_ready():
                         # paramiko answers -1 for a channel that closed without
@@ -579,9 +582,9 @@ class SSHConnection:
                             select.select([chan], [], [], 0.2)
                 if partial:
                     show = on_stderr_line(partial) if on_stderr_line else True
-                    if show and term_err is not None:
-                        term_err.write(partial)
-                        term_err.flush()
+                    if show and shown_err is not None:
+                        shown_err.write(partial)
+                        shown_err.flush()
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise self._fail(f"the connection failed during the run: {_describe(e)}") from None
         finally:

@@ -402,3 +402,22 @@ def test_a_far_agent_run_holds_its_seat_far_and_runs_cancel_ends_it(
     assert rec["outcome"] == "cancelled" and rec["state"] == "ended", (code, err)
     assert not pid_alive(holder["pid"]) and not processes_with(token)
     assert far.ok("slot", "show", "far1", "cl5", "--json").json()["holders"] == []
+
+
+def test_what_a_far_run_writes_reaches_a_terminal_escaped(far: Remote) -> None:
+    """A far run's stdout and stderr are the run's bytes: on the operator's
+    terminal an OSC 52 (clipboard write) and a screen erase arrive escaped;
+    the logs keep every byte."""
+    from run.test_view import _in_a_terminal
+
+    far.ready("far2", slot="t1")
+    wd = far.host("far2").mkdir("agents/tty")
+    osc = "printf '\\033]52;c;cHduZWQ=\\007out\\n'; printf '\\033[2Jerr\\n' >&2"
+    code, shown = _in_a_terminal(["run", "--machine", "far2", "--slot", "t1", "--workdir",
+                                  str(wd), "--", "sh", "-c", osc], far.s.env())
+    assert code == 0, shown
+    assert "\x1b]52" not in shown and "\x1b[2J" not in shown
+    assert "\\x1b]52;c;cHduZWQ=\\x07out" in shown and "\\x1b[2Jerr" in shown
+    rec = far.record()
+    with open(rec["output"]["stdout"], "rb") as f:
+        assert f.read() == b"\x1b]52;c;cHduZWQ=\x07out\n"
