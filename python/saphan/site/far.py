@@ -270,8 +270,12 @@ def probe(conn: SSHConnection, launcher_path: str) -> tuple[str, str, int]:
 _PREFLIGHT = """\
 LC_ALL=C
 export LC_ALL
+# (transport/ssh.sh: the dial's own tools come from the system's
+# directories; the far user's PATH, in UP, resolves a command slot's argv[0])
 emit() {{ printf '%s=%s\\0' "$1" "$2"; }}
 wd={workdir}
+lsha={launcher_sha256}
+pin={pin}
 L={launcher}
 tool={tool}
 agent={agent}
@@ -308,21 +312,24 @@ fi
 for t in /tmp /var/tmp /dev/shm "${{TMPDIR:-}}"; do
   [ -n "$t" ] && [ -d "$t" ] && emit tmp_root "$(cd "$t" && pwd -P)"
 done
-if ! cd "$wd" 2>/dev/null; then emit workdir_missing "$wd"; exit 0; fi
-rwd=$(pwd -P)
+# The working directory is entered only to resolve it: nothing runs from it.
+if ! rwd=$(cd "$wd" 2>/dev/null && pwd -P); then emit workdir_missing "$wd"; exit 0; fi
+cd /
 emit workdir "$rwd"
 if [ -d "$rwd/.git" ] && [ ! -L "$rwd/.git" ]; then emit git_dir "$rwd/.git"; fi
 case $agent in
   */*) p=$agent ;;
   *)
-    p=$(command -v "$agent" 2>/dev/null) || p=
+    # `command -v` is the shell's own: it resolves, it runs nothing
+    p=$(cd "$rwd" && PATH=$UP && command -v "$agent" 2>/dev/null) || p=
     case $p in
       /*) ;;
       *)
         p=
         saved_ifs=$IFS; IFS=:
-        for dir in $PATH; do
+        for dir in $UP; do
           [ -n "$dir" ] || dir=.
+          case $dir in /*) ;; *) dir=$rwd/$dir ;; esac
           if [ -f "$dir/$agent" ] && [ -x "$dir/$agent" ]; then p=$dir/$agent; break; fi
         done
         IFS=$saved_ifs ;;
@@ -331,12 +338,25 @@ esac
 case $p in ''|/*) ;; *) p=$rwd/$p ;; esac
 if [ -n "$p" ] && [ -f "$p" ] && [ -x "$p" ]; then
   emit agent_path "$p"
-  emit agent_real "$(cd "$(dirname "$p")" && pwd -P)/$(basename "$p")"
-  if s=$(adigest "$p"); then emit agent_sha256 "${{s%% *}}"; fi
-  if [ "$tool" != command ]; then
-    if v=$("$p" --version 2>/dev/null </dev/null); then
+  ar=$(readlink -f -- "$p" 2>/dev/null) || ar=$(cd "$(dirname "$p")" && pwd -P)/$(basename "$p")
+  emit agent_real "$ar"
+  digest=
+  if s=$(adigest "$p"); then digest=${{s%% *}}; emit agent_sha256 "$digest"; fi
+  # An agent's --version runs only if it is not in the working directory, it
+  # is the pinned one (when the slot pins one), the launcher is there — and
+  # then inside a Landlock domain of the delivered launcher (which proves its
+  # own digest first) that may write nothing but a fresh empty directory, and
+  # that runs only the file just digested (agent_sha256).
+  case $ar in "$rwd"|"$rwd"/*) inwd=yes ;; *) inwd= ;; esac
+  if [ "$tool" != command ] && [ -z "$inwd" ] && [ -n "$lok" ] && [ -n "$lsha" ] \
+      && [ -n "$digest" ] && {{ [ -z "$pin" ] || [ "$pin" = "$digest" ]; }} \
+      && vd=$(mktemp -d /tmp/saphan-version.XXXXXXXX); then
+    pol='{{"version":1,"workdir":"'$vd'","writable":["'$vd'"],"readable":"everything","agent_sha256":"'$digest'"}}'
+    if v=$("$L" exec --expect-sha256 "$lsha" --policy "$pol" -- "$p" --version \
+           </dev/null 2>/dev/null); then
       emit agent_version "$(printf '%s\n' "$v" | head -n 1)"
     fi
+    rm -rf -- "$vd"
   fi
 else
   emit agent_missing "$agent"
@@ -425,21 +445,26 @@ class Preflight:
 
 def preflight(conn: SSHConnection, *, workdir: str, launcher_path: str, tool: str,
               agent: str, session: str | None = None, resuming: bool = False,
-              also: str | None = None) -> Preflight:
+              also: str | None = None, launcher_sha256: str | None = None,
+              pin: str | None = None) -> Preflight:
     """One round trip: everything a remote run needs to know before it is
     composed. ``session``: the Claude Code session the run has (a UUID) —
     its ``session-env/<session>`` directory is created there (Claude Code
     writes it for every shell command, measured), and when ``resuming``, the
     SHA-256 of its transcript in this run's leaf is measured there.
     ``also``: one more file the run executes (the loop's zipapp), digested
-    there. Raises TransportError when the dial itself fails."""
+    there. An agent's ``--version`` runs only confined (the delivered
+    launcher, proving ``launcher_sha256``, with a policy that may write a
+    fresh empty directory only), only for the binary just digested, never
+    from inside the working directory and never when it is not ``pin``.
+    Raises TransportError when the dial itself fails."""
     if session is not None and not _UUID.match(session):
         raise ValueError(f"not a session id: {session!r}")
     script = _PREFLIGHT.format(
         workdir=_q(workdir), launcher=_q(launcher_path), tool=_q(tool), agent=_q(agent),
         engine_key=_q(session_key(workdir)), devices=" ".join(DEVICES),
         session=_q(session or ""), resuming="yes" if resuming else "''",
-        also=_q(also or ""),
+        also=_q(also or ""), launcher_sha256=_q(launcher_sha256 or ""), pin=_q(pin or ""),
     )
     done = conn.run(script)
     devices: list[str] = []
@@ -534,21 +559,26 @@ for c in ${{d#/}}; do
   [ -L "$p" ] && exit 4
 done
 unset IFS
-[ -f "$f" ] && [ ! -L "$f" ] || exit 5
-head -c {limit} < "$f"
+rc=0
+if [ -f "$f" ] && [ ! -L "$f" ]; then head -c {limit} < "$f"; else rc=5; fi
+[ -z "{remove}" ] || rm -rf -- "$d"
+exit $rc
 """
 
 
 def read_run_file(conn: SSHConnection, directory: str, name: str,
-                  limit: int = 1 << 20) -> bytes | None:
+                  limit: int = 1 << 20, *, remove: bool = False) -> bytes | None:
     """A file a far run wrote (the loop's result), read there: no component
     of ``directory`` a link, the file regular and not a link, at most
     ``limit`` bytes; None when it is not so, or the runner could not be
-    asked. What it holds is the run's: the caller parses, never executes."""
+    asked. What it holds is the run's: the caller parses, never executes.
+    ``remove``: then remove ``directory`` (the run's own return directory;
+    never reached through a link)."""
     if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
         raise ValueError(f"not a run file saphan reads: {directory!r} {name!r}")
     try:
-        done = conn.run(_RUN_FILE.format(dir=_q(directory), name=_q(name), limit=int(limit)))
+        done = conn.run(_RUN_FILE.format(dir=_q(directory), name=_q(name), limit=int(limit),
+                                         remove="yes" if remove else ""))
     except TransportError:
         return None
     return done.stdout if done.exit_code == 0 else None
@@ -696,8 +726,37 @@ exit 0
 
 _FORGET = """\
 d="$HOME"/{dir}/{run}
-rm -f -- "$d/holder" "$d/status" "$d/holder.tmp" && rmdir -- "$d"
+rm -f -- "$d/holder" "$d/status" "$d/holder.tmp" {files} && rmdir -- "$d"
 """
+
+#: the per-run files a far run's control directory may hold (write_run_files)
+RUN_FILES = ("claude-settings.json", "loop-spec.json")
+
+_WRITE_RUN_FILE = """\
+set -eu
+umask 077
+D="$HOME"/{dir}/{run}
+{make}
+cat > "$D"/{name}
+"""
+
+
+def write_run_files(conn: SSHConnection, root: str, run_id: str,
+                    files: Sequence[tuple[str, bytes]]) -> None:
+    """Make a run's control directory (new) with ``files`` in it — what the
+    agent reads there (its settings, the loop's spec) — each sent on the
+    channel's stdin, so no far command line holds it (nor is limited by the
+    kernel's argument size). Raises TransportError when it fails."""
+    for i, (name, data) in enumerate(files):
+        if name not in RUN_FILES:
+            raise ValueError(f"not a run file saphan writes: {name!r}")
+        make = ('mkdir -p "$HOME"/{d} && mkdir "$D"'.format(d=_q(f"{root}/runs"))
+                if i == 0 else '[ -d "$D" ] && [ ! -L "$D" ]')
+        done = conn.run(_WRITE_RUN_FILE.format(dir=_q(f"{root}/runs"), run=_run(run_id),
+                                               make=make, name=_q(name)), stdin=data)
+        if done.exit_code != 0:
+            raise TransportError(conn.name, f"machine {conn.name}: the run's {name} could not "
+                                 f"be written there: {done.err.strip() or 'no answer'}")
 
 
 def _run(run_id: str) -> str:
@@ -727,4 +786,5 @@ def read_status(conn: SSHConnection, root: str, run_id: str, limit: int = 1 << 1
 def forget_run(conn: SSHConnection, root: str, run_id: str) -> None:
     """Remove an ended run's control directory (best effort: it is small)."""
     with suppress(TransportError):
-        conn.run(_FORGET.format(dir=f"{root}/runs", run=_run(run_id)))
+        conn.run(_FORGET.format(dir=f"{root}/runs", run=_run(run_id),
+                                files=" ".join(f'"$d"/{n}' for n in RUN_FILES)))

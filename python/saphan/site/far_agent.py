@@ -195,7 +195,9 @@ def adapter(ctx: Context, slot: Slot, machine: Machine, request: Request, pf: Pr
         from saphan.loop.adapter import DEFAULT_MAX_SECONDS, DEFAULT_MAX_TURNS, LoopAdapter
 
         lane, keys, hidden, scrub = launch._lane(ctx, request)
-        out_dir = posixpath.join(rwd, ".saphan-run", "tmp")
+        # this run's own return directory, made new by the far script
+        # (site/ssh.run_script): no earlier run's result can stand in for its
+        out_dir = posixpath.join(rwd, ".saphan-run", run_id)
         made = LoopAdapter(
             binary, instruction, "engine", run_id, lane=lane, secret=keys[lane.name],
             scrub_values=tuple(keys.values()), hidden=hidden, scrub_env=scrub,

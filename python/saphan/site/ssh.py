@@ -41,7 +41,6 @@ import re
 import shlex
 import sys
 import time
-from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -380,11 +379,15 @@ class SshSite:
                 stdin = adapter.stdin_bytes()
                 files.append(("loop-spec.json", self.loop_spec))
             (run_dir / "prompt.txt").write_text(self.prompt, encoding="utf-8")
+        if files:
+            # on channels of their own: no far command line holds them
+            far_side.write_run_files(far.conn, self.root, run_id, files)
         script = run_script(
             launcher=far.delivered["path"], launcher_sha256=far.launcher_sha,
             policy_json=self.policy_json, argv=self.argv if adapter is not None else far.argv,
-            run_id=run_id, root=self.root, files=files,
+            run_id=run_id, root=self.root, precreated=bool(files),
             scratch_in=rwd if adapter is not None and self.policy_json is None else None,
+            return_in=rwd if adapter is not None and adapter.tool == "loop" else None,
         )
         record["output"] = {"stdout": str(run_dir / "stdout.log"),
                             "stderr": str(run_dir / "stderr.log")}
@@ -447,7 +450,9 @@ class SshSite:
             from saphan.loop.adapter import LoopAdapter
 
             assert isinstance(adapter, LoopAdapter)
-            raw = far_side.read_run_file(self._far().conn, adapter.out_dir, "loop-result.json")
+            # the run's own return directory (made new for it): read, then removed
+            raw = far_side.read_run_file(self._far().conn, adapter.out_dir, "loop-result.json",
+                                         remove=True)
             facts = adapter.facts_from(raw)
             record.update(facts)
             end.outcome = adapter.outcome(facts) or end.outcome
@@ -590,7 +595,8 @@ def _inspect(ctx: Context, slot: Slot, machine: Machine, base: dict[str, Any],
     conn = ctx.ssh(machine)
     pf = far_side.preflight(conn, workdir=wd, launcher_path=delivered["path"],
                             tool=slot.tool, agent=argv[0], session=session,
-                            resuming=resuming, also=also)
+                            resuming=resuming, also=also,
+                            launcher_sha256=delivered.get("sha256"), pin=slot.agent_sha256)
     base["preflight"] = pf.as_record()
     if pf.get("workdir_missing") is not None:
         raise refusals.workdir_missing(
@@ -718,17 +724,19 @@ def _agent(name: str, pf: Preflight, argv0: str, wd: str) -> tuple[str, str]:
 
 
 def run_script(*, launcher: str, launcher_sha256: str, policy_json: str | None,
-               argv: list[str], run_id: str, root: str,
-               files: Sequence[tuple[str, bytes]] = (), scratch_in: str | None = None) -> str:
+               argv: list[str], run_id: str, root: str, precreated: bool = False,
+               scratch_in: str | None = None, return_in: str | None = None) -> str:
     """The far side of a run, for /bin/sh.
 
     1. the run's control directory (<root>/runs/<run id>, made new, owner
-       only), outside every grant; ``files`` (name, bytes: what the agent
-       reads there, e.g. Claude Code's per-run settings — never a secret)
-       written into it;
+       only), outside every grant — or, ``precreated``, the one
+       :func:`saphan.site.far.write_run_files` made with the files the agent
+       reads there (never a secret, never on a command line);
     2. ``scratch_in`` (a working directory, for a run whose launcher does not
        make its scratch directory: Codex, supervised by ``reap``): its
-       ``.saphan-run/tmp``, made without going through a link there;
+       ``.saphan-run/tmp``; ``return_in``: the run's own return directory
+       there, ``.saphan-run/<run id>``, made new (the loop's result) — each
+       without going through a link;
     3. the holder: this shell's pid, start time (field 22 of /proc/PID/stat)
        and boot id, written there BEFORE anything of the run starts — the
        shell then execs the launcher, which keeps its pid and start time;
@@ -744,6 +752,10 @@ def run_script(*, launcher: str, launcher_sha256: str, policy_json: str | None,
        command, then kills what is left); a lifeline that only ends (a lost
        connection, saphan gone) stops nothing: the run goes on and its
        holder keeps the seat. Every control line goes to ``status`` (fd 4).
+
+    The script's own tools come from the system's directories
+    (transport/ssh.sh); the far user's PATH, its relative entries dropped,
+    is what the launcher (and so a ``keep PATH`` of the frame) gets.
     """
     q = shlex.quote
     d = f'"$HOME"/{q(root)}/runs/{q(run_id)}'
@@ -752,22 +764,33 @@ def run_script(*, launcher: str, launcher_sha256: str, policy_json: str | None,
     if policy_json is not None:
         opts += ["--policy", policy_json]
     cmd = " ".join(q(a) for a in [launcher, verb, *opts, "--", *argv])
-    writes = "".join(
-        f"printf '%s' {q(data.decode())} > \"$D\"/{q(name)} || exit 125\n"
-        for name, data in files)
-    scratch = "" if scratch_in is None else f"""\
-( cd -P -- {q(scratch_in)} && [ ! -L .saphan-run ] && {{ [ -d .saphan-run ] || mkdir .saphan-run; }} \
-  && cd -P .saphan-run && [ ! -L tmp ] && {{ [ -d tmp ] || mkdir tmp; }} ) || {{
-  echo "saphan-far: cannot make the scratch directory {q(scratch_in)}/.saphan-run/tmp" >&2; exit 125; }}
+    made = ('[ -d "$D" ] && [ ! -L "$D" ] || {\n'
+            '  echo "saphan-far: the run\'s control directory $D is not there" >&2; exit 125; }'
+            if precreated else
+            f'mkdir -p "$HOME"/{q(root)}/runs && mkdir "$D" || {{\n'
+            '  echo "saphan-far: cannot create the run\'s control directory $D" >&2; exit 125; }')
+    dirs = ""
+    for base, leaf, what in ((scratch_in, "tmp", "scratch"), (return_in, run_id, "return")):
+        if base is None:
+            continue
+        # the scratch may be there from an earlier run; a return directory is new
+        last = ("{ [ -d tmp ] || mkdir tmp; }" if leaf == "tmp" else f"mkdir -- {q(leaf)}")
+        dirs += f"""\
+( cd -P -- {q(base)} && [ ! -L .saphan-run ] && {{ [ -d .saphan-run ] || mkdir .saphan-run; }} \\
+  && cd -P .saphan-run && [ ! -L {q(leaf)} ] && {last} ) || {{
+  echo "saphan-far: cannot make the {what} directory {q(base)}/.saphan-run/{q(leaf)}" >&2; exit 125; }}
 """
     return f"""\
 set -u
 umask 077
+KP=
+saved_ifs=$IFS; IFS=:; set -f
+for e in ${{UP:-}}; do case $e in /*) KP=${{KP:+$KP:}}$e ;; esac; done
+IFS=$saved_ifs; set +f
 D={d}
-mkdir -p "$HOME"/{q(root)}/runs && mkdir "$D" || {{
-  echo "saphan-far: cannot create the run's control directory $D" >&2; exit 125; }}
-{writes}{scratch}t=$(sed 's/.*) //' "/proc/$$/stat" | cut -d' ' -f20)
+{made}
+{dirs}t=$(sed 's/.*) //' "/proc/$$/stat" | cut -d' ' -f20)
 b=$(cat /proc/sys/kernel/random/boot_id)
 printf '%s %s %s\\n' "$$" "$t" "$b" > "$D/holder.tmp" && mv -f "$D/holder.tmp" "$D/holder" || exit 125
-exec {cmd} 4>"$D/status"
+PATH=${{KP:-/usr/bin:/bin}} exec {cmd} 4>"$D/status"
 """

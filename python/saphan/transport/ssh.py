@@ -73,10 +73,25 @@ def fingerprint(key_line: str) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
+#: where every far script's own tools come from (sh())
+FAR_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+#: what every far script starts with: the far user's shell start-up files
+#: (bash reads ~/.bashrc for an ssh command) may have put anything on PATH —
+#: a relative entry, a directory a run can write — and a preload; the
+#: script's own tools come from the system's directories only. The far
+#: user's PATH is kept in UP (not exported) for what needs it: resolving a
+#: command slot's argv[0], and the PATH a run keeps (its relative entries
+#: dropped: site/ssh.run_script).
+_PROLOGUE = ("UP=${PATH:-}; PATH=" + FAR_SYSTEM_PATH + "; export PATH; "
+             "unset LD_PRELOAD LD_LIBRARY_PATH LD_AUDIT\n")
+
+
 def sh(script: str) -> str:
     """The command string that runs ``script`` under /bin/sh on the far side,
-    whatever the far user's login shell quotes differently."""
-    return "/bin/sh -c " + shlex.quote(script)
+    whatever the far user's login shell quotes differently, after
+    :data:`_PROLOGUE`."""
+    return "/bin/sh -c " + shlex.quote(_PROLOGUE + script)
 
 
 def _paramiko() -> Any:

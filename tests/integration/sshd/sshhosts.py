@@ -63,9 +63,11 @@ FAR_CFG = Path("/etc/saphan-testhost")
 #: the seccomp stand-in for other kernels (compiled on first use)
 NO_LANDLOCK_SRC = Path(__file__).resolve().parents[2] / "helpers" / "no_landlock.c"
 
-#: wrapper placed first on every far user's PATH (sshd SetEnv): the real
-#: sha256sum, unless the user's home holds the flag file — then it hashes
-#: different bytes than it was given (the test of a corrupted upload).
+#: wrapper placed first on every far user's PATH (sshd SetEnv; saphan's far
+#: scripts use the system's directories instead, so test_delivery also puts
+#: it at /usr/local/bin): the real sha256sum, unless the user's home holds the
+#: flag file — then it hashes different bytes than it was given (the test of
+#: a corrupted upload).
 SHA256SUM_WRAPPER = """\
 #!/bin/sh
 if [ -e "$HOME/.corrupt-sha256sum" ]; then

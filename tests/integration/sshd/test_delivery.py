@@ -50,13 +50,20 @@ def test_parallel_delivery_installs_and_records_what_each_machine_measured(far: 
 
 def test_corrupted_upload_is_refused_and_the_previous_launcher_stays(far: Remote) -> None:
     """The far machine's own sha256sum sees other bytes than were sent (a
-    wrapper first on the far user's PATH, switched on by a flag file)."""
+    wrapper at /usr/local/bin/sha256sum, first on the system PATH the far
+    scripts use — the far user's own PATH is not used for saphan's tools —
+    switched on by a flag file)."""
+    from integration.sshd.sshhosts import SHA256SUM_WRAPPER
+
     far.add("far2")
     h = far.host("far2")
     far.ok("machine", "deliver", "far2")
     path = _seen(far, "far2")
     before = path.read_bytes()
     row_before = facts(far, "far2")["launcher"]
+    wrapper = h.far_path("/usr/local/bin/sha256sum")
+    wrapper.write_text(SHA256SUM_WRAPPER)
+    wrapper.chmod(0o755)
     flag = h.far_path(h.home / ".corrupt-sha256sum")
     flag.write_text("")
     try:
@@ -75,6 +82,7 @@ def test_corrupted_upload_is_refused_and_the_previous_launcher_stays(far: Remote
         assert _leftovers(far, "far2") == []
     finally:
         flag.unlink()
+        wrapper.unlink()
     far.ok("machine", "deliver", "far2")
     assert path.read_bytes() == before
 

@@ -340,14 +340,24 @@ def test_far_loop_is_jailed_and_its_key_never_reaches_argv_env_or_a_far_file(
     assert far.ok("machine", "deliver", "far3", "--agent", "loop", "--json"
                   ).json()[0]["result"] == "installed"
     far.ok("slot", "set", "far3", "lp", "--agent-path", "/usr/bin/python3")
+    # an earlier run's leftovers decide nothing: a forged result where the
+    # scratch is, and a task larger than a far command line may hold (the
+    # spec crosses on a channel's stdin)
+    forged = h.far_path(wd / ".saphan-run" / "tmp")
+    forged.mkdir(parents=True)
+    (forged / "loop-result.json").write_text('{"end": "finished", "summary": "FORGED"}')
+    h.in_view("chown", "-R", h.user, str(wd / ".saphan-run"))
+    task = tmp_path / "task.txt"
+    task.write_text("go\n" + "x" * 200_000)
     with ChatCompletionsServer(script, host=h.host_addr) as srv, \
             far_loopback(h, srv.port) as url:
         far.ok("lane", "add", "L", "--base-url", f"{url}/v1", "--model", "m",
                "--credential-file", str(keyfile))
-        rec = _run(far, "far3", "lp", wd, "--prompt", "go", env=far.s.env()).json()
+        rec = _run(far, "far3", "lp", wd, "--prompt-file", str(task), env=far.s.env()).json()
         results = "\n".join(srv.tool_results())
         assert all(hd.get("Authorization") == f"Bearer {lane_key}" for hd in srv.headers)
-    assert rec["loop"]["end"] == "finished", rec
+    assert rec["loop"]["end"] == "finished" and "FORGED" not in json.dumps(rec), rec
+    assert not h.far_path(wd / ".saphan-run" / rec["id"]).exists()  # read, then removed
     assert h.far_path(wd / "hello.txt").read_text() == "from the far loop\n"
     assert "far-loop" in _git_log(h, wd)
     assert "refused" in results and not h.far_path(outside).exists()
@@ -421,3 +431,63 @@ def test_what_a_far_run_writes_reaches_a_terminal_escaped(far: Remote) -> None:
     rec = far.record()
     with open(rec["output"]["stdout"], "rb") as f:
         assert f.read() == b"\x1b]52;c;cHduZWQ=\x07out\n"
+
+
+def test_the_dial_runs_nothing_of_a_workdir_unconfined(far: Remote) -> None:
+    """Review (far path): the dial ran the agent's --version unconfined, before
+    the workdir and pin checks, and ran the far user's PATH from inside the
+    workdir. Now: an agent path that resolves (through a link) into the
+    working directory is refused and never run; an agent's --version runs
+    inside a Landlock domain; a relative PATH entry of the far user's shell
+    start-up runs nothing the workdir holds."""
+    import secrets
+
+    h = far.host("far1")
+    wd = h.mkdir("agents/dial")
+    tag = secrets.token_hex(4)
+    # a far account whose ~/.bashrc puts the `./node_modules/.bin` idiom on PATH
+    rc, pw = h.far_path(h.home / ".bashrc"), h.far_path("/etc/passwd")
+    old_rc = rc.read_bytes() if rc.exists() else None
+    old_pw = pw.read_text()
+    rc.write_text('export PATH="./node_modules/.bin:$PATH"\n')
+    pw.write_text(old_pw.replace(f"{h.home}:/bin/sh", f"{h.home}:/bin/bash"))
+    try:
+        planted = h.far_path(wd / "node_modules" / ".bin")
+        planted.mkdir(parents=True)
+        for tool in ("basename", "dirname", "head", "tr", "mkdir", "readlink", "sha256sum",
+                     "sed", "cut", "cat", "mv", "curl", "rm", "mktemp"):
+            (planted / tool).write_text(f"#!/bin/sh\necho x > {h.home}/ESCAPED-{tag}-{tool}\n")
+            (planted / tool).chmod(0o755)
+        agent = h.far_path(wd / "bin" / "claude")
+        agent.parent.mkdir()
+        agent.write_text(f"#!/bin/sh\necho x > {h.home}/ESCAPED-{tag}-agent\necho 9.9.9\n")
+        agent.chmod(0o755)
+        h.in_view("chown", "-R", h.user, str(wd))
+        link = h.far_path("/opt/saphan-test-agents/linked-claude")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to(wd / "bin" / "claude")
+        far.ready("far1", slot="cl6", tool="claude")
+        far.ok("slot", "set", "far1", "cl6", "--agent-path",
+               "/opt/saphan-test-agents/linked-claude")
+        env = far.s.env(ANTHROPIC_API_KEY=KEY)
+        r = _refused(far, "far1", "cl6", wd, env)
+        assert "workdir-unsafe" in r.err and "inside the run's working directory" in r.err
+        # outside the workdir, its --version runs confined: its write is refused
+        outside = h.far_path("/opt/saphan-test-agents/version-writer")
+        outside.write_text(f"#!/bin/sh\necho x > {h.home}/ESCAPED-{tag}-version\n"
+                           "echo 9.9.9\nexit 0\n")
+        outside.chmod(0o755)
+        far.ok("slot", "set", "far1", "cl6", "--agent-path",
+               "/opt/saphan-test-agents/version-writer")
+        rec = _run(far, "far1", "cl6", wd, "--prompt", "go", env=env).json()
+        assert rec["agent"]["version"] == "9.9.9"
+        escaped = sorted(p.name for p in h.far_path(h.home).glob(f"ESCAPED-{tag}-*"))
+        # the agent itself ran as the run (inside its boundary); nothing else did
+        assert escaped == [], escaped
+    finally:
+        pw.write_text(old_pw)
+        if old_rc is None:
+            rc.unlink()
+        else:
+            rc.write_bytes(old_rc)
