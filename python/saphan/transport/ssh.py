@@ -548,6 +548,15 @@ class SSHConnection:
                 if on_started is not None:
                     try:
                         on_started()
+                    except TransportError as e:
+                        _stop(chan)
+                        # the far script may have said why it ended (its own
+                        # lines, before anything of the run started)
+                        said = _far_said(chan)
+                        if said:
+                            raise TransportError(self.name, f"{e}; the far side said: "
+                                                 f"{said}") from None
+                        raise
                     except BaseException:
                         _stop(chan)
                         raise
@@ -649,6 +658,26 @@ def _stop(chan: Any) -> None:
         chan.sendall(STOP)
     with suppress(Exception):
         chan.shutdown_write()
+
+
+def _far_said(chan: Any, wait: float = 1.0) -> str:
+    """What the far script wrote on stderr before it ended (``saphan-far:``
+    lines), escaped, at most 500 characters; empty when nothing."""
+    from saphan.terminal import terminal_safe
+
+    err = b""
+    deadline = time.monotonic() + wait
+    with suppress(Exception):
+        while time.monotonic() < deadline and len(err) < 4096:
+            if chan.recv_stderr_ready():
+                err += chan.recv_stderr(4096)
+            elif chan.exit_status_ready():
+                break
+            else:
+                time.sleep(0.02)
+    lines = [ln for ln in err.decode(errors="replace").splitlines()
+             if ln.startswith("saphan-far:")]
+    return terminal_safe(" ".join(lines))[:500]
 
 
 def _drain(chan: Any, out: list[bytes], err: list[bytes]) -> None:

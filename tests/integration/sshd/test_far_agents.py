@@ -491,3 +491,52 @@ def test_the_dial_runs_nothing_of_a_workdir_unconfined(far: Remote) -> None:
             rc.unlink()
         else:
             rc.write_bytes(old_rc)
+
+
+@pytest.mark.slow
+def test_a_run_whose_leaf_the_dial_cannot_resolve_runs_and_says_it_cannot_be_resumed(
+        far: Remote, claude_bin: str) -> None:
+    """Reached through a link, a long working directory's project key cannot
+    be derived by the far shell: no session directory is granted, the run
+    still does its work, and its record says so in those words; a resume of
+    it is refused (nothing recorded to check a history against)."""
+    h = far.host("far3")
+    wd = h.mkdir("agents/" + "/".join(["d" * 60] * 4))
+    link = h.data / "agents-link"
+    h.as_user("ln", "-sfn", str(wd), str(link))
+    with MessagesServer([("write", str(wd / "made.txt"), "made\n"), ("text", "done")],
+                        host=h.host_addr) as srv, far_loopback(h, srv.port) as url:
+        _claude_slot(far, "far3", claude_bin, url, slot="cl7")
+        env = far.s.env(ANTHROPIC_API_KEY=KEY)
+        rec = _run(far, "far3", "cl7", link, "--prompt", "go", env=env).json()
+    assert rec["exit_code"] == 0 and h.far_path(wd / "made.txt").read_text() == "made\n"
+    assert any(n.startswith("this run cannot be resumed") for n in rec["notes"])
+    assert rec["writable"][0] == str(wd) and not any("/projects/" in w for w in rec["writable"])
+    assert rec.get("claude_transcript") is None and rec["session_dir"] is None
+    r = _run(far, "far3", "cl7", link, "--prompt", "again", "--resume", rec["id"], env=env,
+             ok=False)
+    assert r.code == 2 and "recorded no digest" in r.err
+
+
+def test_a_planted_link_where_the_far_script_makes_dirs_stops_the_run_by_name(
+        far: Remote, tmp_path: Path) -> None:
+    """`.saphan-run` planted as a link (an earlier run may have): the far
+    script makes no directory through it; the run ends before it starts,
+    and the operator reads why."""
+    h = far.host("far2")
+    wd = h.mkdir("agents/planted")
+    elsewhere = h.mkdir("agents/planted-elsewhere")
+    h.as_user("ln", "-s", str(elsewhere), str(wd / ".saphan-run"))
+    keyfile = tmp_path / "lane.key"
+    keyfile.write_text("sk-lane-0123456789abcdef0123")
+    keyfile.chmod(0o600)
+    far.ready("far2", slot="lp2", tool="loop")
+    far.ok("machine", "deliver", "far2", "--agent", "loop")
+    far.ok("slot", "set", "far2", "lp2", "--agent-path", "/usr/bin/python3")
+    far.ok("lane", "add", "L", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
+           "--credential-file", str(keyfile))
+    r = _run(far, "far2", "lp2", wd, "--prompt", "go", env=far.s.env(), ok=False)
+    assert r.code != 0
+    assert "the far side said: saphan-far: cannot make the return directory" in r.err, r.err
+    assert list(h.far_path(elsewhere).iterdir()) == []
+    assert far.ok("slot", "show", "far2", "lp2", "--json").json()["holders"] == []
