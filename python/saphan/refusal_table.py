@@ -67,4 +67,8 @@ CLASSES: dict[str, str] = {
         "the agent binary a slot runs is not present (or not executable) at the path resolved "
         "for it on the machine"
     ),
+    "workdir-busy": (
+        "a far run's working directory overlaps another live run's on the same machine (the "
+        "same directory, one inside the other, or the same Claude Code session leaf)"
+    ),
 }

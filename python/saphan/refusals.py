@@ -47,6 +47,7 @@ __all__ = [
     "seat_full",
     "session_dir_foreign",
     "session_resumption",
+    "workdir_busy",
     "workdir_missing",
     "workdir_unsafe",
 ]
@@ -189,6 +190,13 @@ def session_dir_foreign(message: str, remediation: str) -> Refusal:
 def workdir_missing(message: str, remediation: str) -> Refusal:
     """``workdir-missing``: the working directory does not exist."""
     return Refusal("workdir-missing", message, remediation)
+
+
+def workdir_busy(message: str, remediation: str) -> Refusal:
+    """``workdir-busy``: a far run's working directory overlaps another live run's on the same
+    machine (the same directory, one inside the other, or the same Claude Code session leaf).
+    """
+    return Refusal("workdir-busy", message, remediation)
 
 
 def workdir_unsafe(message: str, remediation: str) -> Refusal:

@@ -149,3 +149,49 @@ def test_a_pin_refuses_any_other_binary() -> None:
     with pytest.raises(Refusal) as info:
         binaries.check_pin("far", "s1", pinned, "/opt/claude", actual, far=True)
     assert "/opt/claude on far has SHA-256" in info.value.message
+
+
+def test_an_agent_a_run_could_replace_is_refused_before_it_runs(
+        clean: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Review: a slot's --agent-path linked into the working directory was
+    run (--version, as saphan) before any check. Now it is refused
+    workdir-unsafe, whether named inside it or resolving into it, and never
+    run."""
+    from saphan.refusals import Refusal
+
+    wd = tmp_path / "wd"
+    marker = tmp_path / "ran"
+    planted = _exe(wd / "bin" / "claude", f"touch {marker}; echo 9")
+    link = tmp_path / "opt" / "claude"
+    link.parent.mkdir()
+    link.symlink_to(planted)
+    for given in (str(planted), str(link)):
+        with pytest.raises(Refusal) as e:
+            binaries.identify("claude", given, workdir=str(wd))
+        assert e.value.cls == "workdir-unsafe" and str(wd) in e.value.message
+    # found on PATH inside the workdir: the same
+    clean.setenv("PATH", str(wd / "bin"))
+    with pytest.raises(Refusal):
+        binaries.identify("claude", workdir=str(wd))
+    assert not marker.exists()
+
+
+def test_a_pinned_agent_is_compared_before_its_version_is_asked(tmp_path: Path) -> None:
+    from saphan.refusals import Refusal
+
+    marker = tmp_path / "ran"
+    exe = _exe(tmp_path / "opt" / "claude", f"touch {marker}; echo 9")
+    with pytest.raises(Refusal) as e:
+        binaries.identify("claude", str(exe), workdir=str(tmp_path / "wd"),
+                          pinned=("here", "cl", "0" * 64))
+    assert e.value.cls == "digest-mismatch" and not marker.exists()
+
+
+def test_the_version_is_asked_inside_a_landlock_domain(tmp_path: Path) -> None:
+    """Where the launcher and Landlock are here: the binary's --version may
+    write nothing but a fresh empty directory."""
+    outside = tmp_path / "outside.txt"
+    exe = _exe(tmp_path / "opt" / "claude", f"echo x > {outside}; echo 2.1.197")
+    got = binaries.identify("claude", str(exe), workdir=str(tmp_path / "wd"))
+    assert got.version == "2.1.197"
+    assert not outside.exists()

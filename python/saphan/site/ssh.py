@@ -117,6 +117,8 @@ class SshSite:
         self.loop_spec = b""
         self.seen: dict[str, Any] = {}
         self.leave_live = False
+        #: hung up, the far run could not be seen ended (the row stays live)
+        self.hung_up = False
         #: this workspace's far install directory (far.install_dir)
         self.root = ""
 
@@ -141,12 +143,14 @@ class SshSite:
         self.root = far_side.install_dir(self.ctx.record_key())
         if self.slot.tool in AGENT_TOOLS:
             self._inspect_agent(base)
+            self._resolved(base)
             return
         pc = self.permission
         network.posture(pc.network if pc is not None else None, tool=self.slot.tool,
                         mechanism="ssh")
         self.far = far = _inspect(self.ctx, self.slot, self.machine, base, self.command,
                                   self.workdir)
+        self._resolved(base)
         if pc is not None:
             from saphan.run.request import check_scope
 
@@ -198,6 +202,50 @@ class SshSite:
         if checked is not None:
             base["auth"] = checked
 
+    def _resolved(self, base: dict[str, Any]) -> None:
+        """From here on the run's working directory is the one the far
+        machine resolved (``pwd -P``): the seat's row carries it, so live
+        runs are compared by where they really work (:meth:`_exclusive`)."""
+        rwd = self._far().pf.get("workdir")
+        if rwd:
+            base["workdir_given"] = self.workdir
+            self.workdir = base["workdir"] = rwd
+
+    def _exclusive(self, run_id: str) -> None:
+        """After the seat: no other live run on this machine may work in
+        this directory, inside it or around it, nor (Claude Code) share its
+        session leaf — it could rewrite what this run's agent reads or is
+        granted while it runs (the transcript a resume checked, the .git
+        Codex's profile names). Checked against every live row after this
+        run's own was written: of two runs reserved at once, at least one
+        sees the other (``workdir-busy``)."""
+        from saphan.tools.session_key import session_key
+
+        mine = self.workdir
+
+        def within(path: str, root: str) -> bool:
+            return path == root or path.startswith(root.rstrip("/") + "/")
+
+        for other in self.ctx.store.live_runs_on(self.machine.name):
+            if other.id == run_id or not other.workdir:
+                continue
+            theirs = other.workdir
+            why = None
+            if within(mine, theirs) or within(theirs, mine):
+                why = (f"works in {theirs}" + ("" if theirs == mine else
+                       (", around it" if within(mine, theirs) else ", inside it")))
+            elif (self.slot.tool == "claude" and other.tool == "claude"
+                  and session_key(theirs) == session_key(mine)):
+                why = f"works in {theirs}, whose Claude Code session leaf is this run's"
+            if why is not None:
+                raise refusals.workdir_busy(
+                    f"the working directory {mine} on {self.machine.name} is busy: live run "
+                    f"{other.id} (slot {other.slot}) {why}; either run could rewrite what the "
+                    "other's agent reads or is granted",
+                    f"wait for run {other.id} to end (`saphan runs show {other.id}`), or work "
+                    "in a directory of its own; if its holder is gone, `saphan runs finalize "
+                    f"{other.id}`")
+
     def _control_dir(self, run_id: str) -> str:
         """The run's far control directory, as the far machine resolves it."""
         far = self._far()
@@ -213,6 +261,7 @@ class SshSite:
         """The Policy from the preflight's answers, rendered for the launcher
         (or, for Codex, into its own sandbox's pinned settings)."""
         far, name, slot = self._far(), self.machine.name, self.slot
+        self._exclusive(record["id"])
         self.ctx.workspace.run_dir(record["id"]).mkdir(parents=True, exist_ok=True)
         pf = far.pf
         rwd = pf.get("workdir") or self.workdir
@@ -413,7 +462,13 @@ class SshSite:
             # connection, or leave its seat held (never freed on doubt).
             self._follow(record, end, lost)
             return
-        except Interrupted:
+        except Interrupted as e:
+            if e.exit_code is None and "pid" in self.seen:
+                # Hung up, it did not end within the grace (a command that
+                # ignores SIGHUP): it is ended there before it is recorded
+                # ended, or its row stays live (review: a far run outlived its
+                # record and its seat was handed out again).
+                self._end_far_tree(record)
             self._collect_status(record, end, required=False)
             raise
         finally:
@@ -471,6 +526,33 @@ class SshSite:
         self.seen.update({"pid": pid, "start_ticks": ticks, "boot_id": boot})
         record["far_process"] = dict(self.seen)
         self.ctx.store.set_holder(run_id, (far_side.holder_host(self.machine), pid, ticks, boot))
+
+    def _end_far_tree(self, record: dict[str, Any], wait: float = 10.0) -> None:
+        """SIGKILL the far launcher's children (it then ends the rest of the
+        tree and itself) and wait for the holder to be gone; if it cannot be
+        seen gone, the row stays live with it as its holder (``settle``)."""
+        from saphan.liveness import Holder
+        from saphan.site import far as far_side
+
+        far = self._far()
+        holder = Holder(far_side.holder_host(self.machine), int(self.seen["pid"]),
+                        int(self.seen["start_ticks"]), str(self.seen["boot_id"]))
+        try:
+            sent = far_side.signal_holder(far.conn, holder, "KILL", children=True)
+            deadline = time.monotonic() + wait
+            while True:
+                verdict = far_side.holder_liveness(far.conn, holder)
+                if verdict.state == "dead":
+                    record["notes"] = [*record.get("notes", []), (
+                        f"the far run did not end when hung up; saphan ended it on "
+                        f"{self.machine.name} ({sent}) before recording it")]
+                    return
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        except TransportError:
+            pass
+        self.leave_live = self.hung_up = True
 
     def _collect_status(self, record: dict[str, Any], end: RunEnd, *,
                         conn: Any = None, required: bool = True) -> list[str]:
@@ -544,7 +626,13 @@ class SshSite:
     def settle(self, record: dict[str, Any], end: RunEnd) -> bool:
         """True when the far process may still run and nothing here could
         follow it: its row stays live, recorded as connection-lost."""
-        if self.leave_live:
+        if self.leave_live and "connection_lost" not in record and self.hung_up:
+            record["notes"] = [*record.get("notes", []), (
+                f"the far process (pid {self.seen.get('pid')}) on {self.machine.name} did not "
+                "end when hung up, nor could saphan see it gone after SIGKILL: the seat stays "
+                "held by it until conflict handling finds it dead or `saphan runs cancel ID` "
+                "ends it there")]
+        elif self.leave_live:
             # The row stays live, so its outcome is not decided yet (the
             # signed record holds the row's columns): connection_lost says why.
             record.setdefault("connection_lost", {"at": now_iso()})["followed"] = False

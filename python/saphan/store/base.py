@@ -301,6 +301,10 @@ class Store:
     def live_runs(self, machine: str, slot: str) -> list[RunRow]:
         return [RunRow.from_row(r) for r in self.db.execute(q.LIVE_RUNS_ON_SLOT, (machine, slot))]
 
+    def live_runs_on(self, machine: str) -> list[RunRow]:
+        """Every live run on ``machine``, every slot (workdir exclusivity)."""
+        return [RunRow.from_row(r) for r in self.db.execute(q.LIVE_RUNS_ON_MACHINE, (machine,))]
+
     def all_live_runs(self) -> list[RunRow]:
         """Every live run, on every slot (reconciliation: a handful of rows)."""
         return [RunRow.from_row(r) for r in self.db.execute(q.LIVE_RUNS_ALL)]

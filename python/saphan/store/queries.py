@@ -76,6 +76,11 @@ INSERT_REFUSED_RUN = f"""
 INSERT INTO runs ({RUN_COLUMNS})
 VALUES (?, ?, ?, -1, 'refused', ?, ?, ?, ?, ?, ?, ?, ?, 'refused', NULL, ?, ?)"""
 
+LIVE_RUNS_ON_MACHINE = f"""
+SELECT {RUN_COLUMNS} FROM runs
+WHERE machine = ? AND finished_at IS NULL
+ORDER BY id"""
+
 LIVE_RUNS_ON_SLOT = f"""
 SELECT {RUN_COLUMNS} FROM runs
 WHERE machine = ? AND slot = ? AND finished_at IS NULL

@@ -82,11 +82,19 @@ def _codex_native(wrapper: Path) -> str | None:
     return str(native) if native.is_file() else None
 
 
-def identify(tool: str, path: str | None = None) -> AgentBinary:
+def identify(tool: str, path: str | None = None, *, workdir: str | None = None,
+             pinned: tuple[str, str, str | None] | None = None) -> AgentBinary:
     """Resolve, digest and ask the version of ``tool``'s binary (``path``: the
-    slot's ``--agent-path``, taken as it is instead of looking)."""
+    slot's ``--agent-path``, taken as it is instead of looking).
+
+    Before anything of it runs: a binary that lies (as named, or resolved)
+    inside the run's ``workdir`` is refused ``workdir-unsafe`` — a run could
+    replace what the next one executes (review: measured) — and a slot's pin
+    (``pinned``: machine, slot, digest) is compared with the digest. Its
+    ``--version`` then runs confined where this host can (:func:`version_of`)."""
     from saphan import _native
 
+    given = path
     if path is not None:
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             raise refusals.agent_binary_missing(
@@ -103,16 +111,66 @@ def identify(tool: str, path: str | None = None) -> AgentBinary:
             f"`npm install --prefix {agents_dir()} --no-audit --no-fund "
             f"{NPM_PACKAGES[tool]}@{PINNED[tool]}` (ci/setup does this)"
         )
+    if workdir is not None:
+        check_outside(tool, (given or path, path), workdir)
+    sha = _native.sha256_file(path)
+    if pinned is not None:
+        check_pin(pinned[0], pinned[1], pinned[2], path, sha)
+    return AgentBinary(tool, path, sha, version_of(path, sha))
+
+
+def check_outside(tool: str, paths: tuple[str, ...], workdir: str) -> None:
+    """Refuse (``workdir-unsafe``) an agent binary any of whose ``paths``
+    lies inside the run's working directory (resolved)."""
+    wd = os.path.realpath(workdir)
+    for p in paths:
+        a = os.path.abspath(p)
+        if a == wd or a.startswith(wd.rstrip("/") + "/"):
+            raise refusals.workdir_unsafe(
+                f"the {tool} binary {a} lies inside the run's working directory {wd}: a run "
+                "there could replace what the next run executes",
+                "install the agent outside every working directory and point the slot at it "
+                "(`saphan slot set MACHINE SLOT --agent-path PATH`)")
+
+
+def version_of(path: str, sha256: str) -> str:
+    """``path --version``'s first line. Where this host has saphan-launcher
+    and Landlock, it runs inside a domain that may write nothing but a fresh
+    empty directory and that execs only the file with ``sha256`` (the
+    launcher proves its own digest first); elsewhere it runs as saphan
+    does (after the workdir and pin checks)."""
+    import json
+    import tempfile
+
+    from saphan import launcher
+
+    argv = [path, "--version"]
+    tmp: str | None = None
+    ident = launcher.identity() if platform.system() == "Linux" else None
+    if ident is not None:
+        tmp = tempfile.mkdtemp(prefix="saphan-version-")
+        policy = json.dumps({"version": 1, "workdir": tmp, "writable": [tmp],
+                             "readable": "everything", "agent_sha256": sha256})
+        argv = [ident.path, "exec", "--expect-sha256", ident.sha256, "--policy", policy, "--",
+                *argv]
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60,
-                             check=False, stdin=subprocess.DEVNULL)
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                             stdin=subprocess.DEVNULL, cwd=tmp or "/")
     except (OSError, subprocess.TimeoutExpired) as e:
         raise UserError(f"{path} --version could not run: {e}") from None
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     version = out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
+    # the launcher's own control lines are not the binary's answer
+    said = "\n".join(ln for ln in (out.stderr or out.stdout).splitlines()
+                     if not ln.startswith("saphan-launcher: ")).strip()[:200]
+    how = " (inside saphan-launcher's Landlock domain)" if tmp is not None else ""
+    if tmp is not None and out.returncode == 127:
+        raise UserError(f"{path} --version could not run{how}: {said or 'not executable'}")
     if out.returncode != 0 or not version:
-        raise UserError(f"{path} --version failed (exit {out.returncode}): "
-                        f"{(out.stderr or out.stdout).strip()[:200]}")
-    return AgentBinary(tool, path, _native.sha256_file(path), version)
+        raise UserError(f"{path} --version failed (exit {out.returncode}){how}: {said}")
+    return version
 
 
 def check_pin_format(value: str) -> str:

@@ -128,8 +128,13 @@ def prepare(
 
         lane_parts = _lane(ctx, request)
         binary = interpreter(slot.agent_path if slot is not None else None)
+        if slot is not None and slot.agent_path is not None:
+            # the Python the lane's key is handed to: never one a run could replace
+            binaries.check_outside(tool, (slot.agent_path, os.path.realpath(binary.path)), wd)
     else:
-        binary = binaries.identify(tool, slot.agent_path if slot is not None else None)
+        binary = binaries.identify(
+            tool, slot.agent_path if slot is not None else None, workdir=wd,
+            pinned=(slot.machine, slot.name, slot.agent_sha256) if slot is not None else None)
     run_dir.mkdir(parents=True, exist_ok=True)
     prompt_path = run_dir / "prompt.txt"
     prompt_path.write_text(prompt, encoding="utf-8")

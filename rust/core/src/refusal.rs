@@ -42,11 +42,12 @@ pub enum RefusalClass {
     AgentAuthMissing,
     AgentAuthRejected,
     AgentBinaryMissing,
+    WorkdirBusy,
 }
 
 impl RefusalClass {
     /// Every class, in the table's order.
-    pub const ALL: [RefusalClass; 28] = [
+    pub const ALL: [RefusalClass; 29] = [
         RefusalClass::ConfinementUnavailable,
         RefusalClass::ConfinementSettingInvalid,
         RefusalClass::LandlockUnprobed,
@@ -75,6 +76,7 @@ impl RefusalClass {
         RefusalClass::AgentAuthMissing,
         RefusalClass::AgentAuthRejected,
         RefusalClass::AgentBinaryMissing,
+        RefusalClass::WorkdirBusy,
     ];
 
     /// The class's name, exactly as printed in `refused [CLASS]`.
@@ -108,6 +110,7 @@ impl RefusalClass {
             RefusalClass::AgentAuthMissing => "agent-auth-missing",
             RefusalClass::AgentAuthRejected => "agent-auth-rejected",
             RefusalClass::AgentBinaryMissing => "agent-binary-missing",
+            RefusalClass::WorkdirBusy => "workdir-busy",
         }
     }
 
@@ -173,7 +176,7 @@ mod tests {
             assert_eq!(*c as usize, i, "{c:?}");
         }
         assert_eq!(
-            RefusalClass::AgentBinaryMissing as usize + 1,
+            RefusalClass::WorkdirBusy as usize + 1,
             RefusalClass::ALL.len()
         );
     }

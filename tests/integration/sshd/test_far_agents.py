@@ -540,3 +540,37 @@ def test_a_planted_link_where_the_far_script_makes_dirs_stops_the_run_by_name(
     assert "the far side said: saphan-far: cannot make the return directory" in r.err, r.err
     assert list(h.far_path(elsewhere).iterdir()) == []
     assert far.ok("slot", "show", "far2", "lp2", "--json").json()["holders"] == []
+
+
+def test_a_far_workdir_another_live_run_can_write_is_busy(far: Remote) -> None:
+    """Review (far path): a concurrent run in the same far working directory
+    rewrote a resumed run's transcript after the check, and swapped the .git
+    Codex's profile named writable for a link to $HOME. Now a far run whose
+    directory overlaps a live run's on the same machine is refused after its
+    seat, naming that run, and its seat is given back."""
+    from integration.sshd.conftest import stop
+
+    far.ready("far1", slot="b1", max_sessions=4)
+    h = far.host("far1")
+    wd = h.mkdir("agents/busy")
+    inner = h.mkdir("agents/busy/inner")
+    link = h.data / "busy-link"
+    h.as_user("ln", "-sfn", str(wd), str(link))
+    proc = far.start_run("far1", wd, "sleep", "60", slot="b1")
+    try:
+        holder = far.wait_far_holder("far1", "b1")
+        for where in (wd, inner, h.data / "agents", link):
+            r = far("run", "--machine", "far1", "--slot", "b1", "--workdir", str(where),
+                    "--", "true")
+            assert r.code == 3 and "workdir-busy" in r.err, (where, r.err)
+            assert holder["run"] in r.err
+        rec = far.record()
+        assert rec["refusal"]["class"] == "workdir-busy" and rec["finished_at"]
+        # a directory of its own runs alongside
+        r = far("run", "--machine", "far1", "--slot", "b1", "--workdir",
+                str(h.mkdir("agents/busy-sibling")), "--", "true")
+        assert r.code == 0, r.err
+        assert [x["run"] for x in far.ok("slot", "show", "far1", "b1", "--json").json()[
+            "holders"]] == [holder["run"]]
+    finally:
+        stop(proc)

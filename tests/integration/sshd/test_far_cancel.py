@@ -84,3 +84,27 @@ def test_cancel_of_a_far_run_its_saphan_left_ends_it_there_and_records_it(
     key = (far.s.home / "record.key").read_bytes()
     assert not h.far_path(h.home / install_dir(key) / "runs" / holder["run"]).exists()
     far.ok("run", "--machine", "far2", "--slot", "s1", "--workdir", str(wd), "--", "true")
+
+
+def test_a_far_run_that_ignores_the_hangup_is_ended_before_it_is_recorded(
+        far: Remote) -> None:
+    """Review: a far command that ignores SIGHUP went on after saphan (SIGTERM)
+    recorded it ended and gave its seat away; it wrote after its record. Now
+    saphan SIGKILLs the far tree and sees the holder gone first."""
+    far.ready("far3")
+    h = far.host("far3")
+    wd = h.mkdir("cancel/ignores-hup")
+    token = _token()
+    proc = far.start_run("far3", wd, "sh", "-c",
+                         f"trap '' HUP; sleep {token}; echo late > late")
+    holder = far.wait_far_holder("far3")
+    deadline = time.monotonic() + 20
+    while not processes_with(token) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _code, _out, err = stop(proc)
+    rec = far.record(holder["run"])
+    assert rec["outcome"] == "interrupted" and rec["state"] == "ended", err
+    assert not pid_alive(holder["pid"]) and _gone(token)
+    assert any("did not end when hung up; saphan ended it" in n for n in rec["notes"])
+    time.sleep(1)
+    assert not h.far_path(wd / "late").exists()
