@@ -4,13 +4,11 @@ hosts are tests/integration/sshd/test_far_agents.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from saphan.context import Context
-from saphan.engine import Engine
 from saphan.refusals import Refusal
 from saphan.site import far, far_agent
 from saphan.site.far import Preflight
@@ -19,19 +17,10 @@ from saphan.tools.binaries import AgentBinary
 from saphan.tools.claude import ClaudeAdapter
 from saphan.tools.instruction import Instruction
 
+#: the fleet tests' ``ctx`` fixture: a real workspace, on each store
+pytest_plugins = ["fleet.conftest"]
+
 FAR = Machine("far1", "ssh", "u", "10.0.0.1", 22, None, "ssh-ed25519 AAAA")
-
-
-@pytest.fixture
-def ctx(tmp_path_factory: pytest.TempPathFactory,
-        monkeypatch: pytest.MonkeyPatch) -> Iterator[Context]:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
-    engine = Engine(tmp_path_factory.mktemp("home") / "saphan")
-    engine.init(None)
-    try:
-        yield engine.ctx
-    finally:
-        engine.close()
 
 
 def test_a_runtime_tool_is_never_looked_up_on_the_far_path(ctx: Context) -> None:

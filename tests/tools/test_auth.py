@@ -374,8 +374,9 @@ class _HereRunner:
 def curl() -> Iterator[None]:
     import shutil
 
-    if shutil.which("curl") is None:
-        pytest.skip("curl")
+    from conftest import require
+
+    require(shutil.which("curl") is not None, "curl (the far side of the auth pre-flight)")
     yield
 
 

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,22 @@ def pid_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False
+
+
+@contextmanager
+def linked_projects(h: FarHost, target: Path) -> Iterator[Path]:
+    """The far user's ``~/.claude/projects`` as a link to ``target`` (a real
+    one an earlier test left is kept aside, and put back); yields the
+    configuration home."""
+    claude = h.home / ".claude"
+    h.as_user("mkdir", "-p", str(claude / "projects"))
+    h.as_user("mv", str(claude / "projects"), str(claude / "projects.kept"))
+    h.as_user("ln", "-s", str(target), str(claude / "projects"))
+    try:
+        yield claude
+    finally:
+        h.far_path(claude / "projects").unlink()
+        h.as_user("mv", str(claude / "projects.kept"), str(claude / "projects"))
 
 
 def facts(far: Remote, name: str) -> dict[str, Any]:

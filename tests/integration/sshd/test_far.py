@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from integration.sshd.conftest import Remote
+from integration.sshd.conftest import Remote, linked_projects
 from saphan import Engine, Refusal
 from saphan.site import far as remote
 from saphan.site.far import Preflight, verify_session_dir
@@ -48,21 +48,13 @@ def test_linked_projects_dir_is_refused_as_foreign(far: Remote) -> None:
     h = far.host("far2")
     wd = h.mkdir("sess2/wd")
     elsewhere = h.mkdir("elsewhere")
-    claude = h.home / ".claude"
-    # (a real projects/ an earlier test left is kept aside, and put back)
-    h.as_user("mkdir", "-p", str(claude / "projects"))
-    h.as_user("mv", str(claude / "projects"), str(claude / "projects.kept"))
-    h.as_user("ln", "-s", str(elsewhere), str(claude / "projects"))
-    try:
+    with linked_projects(h, elsewhere) as claude:
         pf = _dial(far, "far2", wd)
         assert pf.get("session_dir") == str(elsewhere / session_key(str(wd)))
         with pytest.raises(Refusal) as e:
             verify_session_dir("far2", pf)
         assert e.value.cls == "session-dir-foreign"
         assert f"it is not {claude}/projects/{session_key(str(wd))}" in e.value.message
-    finally:
-        h.far_path(claude / "projects").unlink()
-        h.as_user("mv", str(claude / "projects.kept"), str(claude / "projects"))
 
 
 def test_long_workdir_uses_the_engines_hashed_key(far: Remote) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from integration.sshd.conftest import Remote
+from integration.sshd.conftest import Remote, linked_projects
 from integration.sshd.sshhosts import FarHost
 from saphan.tools.session_key import session_key
 from tools.model_servers import MessagesServer, ResponsesServer
@@ -272,20 +272,13 @@ def test_a_tampered_dial_reporting_a_foreign_leaf_is_refused(far: Remote, claude
     h = far.host("far2")
     wd = h.mkdir("agents/foreign")
     elsewhere = h.mkdir("agents/elsewhere")
-    claude = h.home / ".claude"
-    h.as_user("mkdir", "-p", str(claude / "projects"))
-    h.as_user("mv", str(claude / "projects"), str(claude / "projects.kept"))
-    h.as_user("ln", "-s", str(elsewhere), str(claude / "projects"))
-    try:
+    with linked_projects(h, elsewhere):
         with MessagesServer([("text", "never")], host=h.host_addr) as srv, \
                 far_loopback(h, srv.port) as url:
             _claude_slot(far, "far2", claude_bin, url, slot="cl3")
             r = _refused(far, "far2", "cl3", wd, far.s.env(ANTHROPIC_API_KEY=KEY))
             assert srv.requests == []
         assert "session-dir-foreign" in r.err
-    finally:
-        h.far_path(claude / "projects").unlink()
-        h.as_user("mv", str(claude / "projects.kept"), str(claude / "projects"))
 
 
 def test_a_rejected_key_is_refused_from_the_runner_before_any_seat(far: Remote, claude_bin: str
