@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -188,6 +189,23 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     name = f"t{os.getpid()}_{_db_counter[0]}_{int(time.time() * 1000) % 100000}"
     server.psql(f"CREATE DATABASE {name}")
     return server.url(name)
+
+
+@pytest.fixture
+def engine_ctx(database_url: str, tmp_path_factory: pytest.TempPathFactory,
+               monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A real workspace made by the Engine (the public API `saphan init`
+    uses), on SQLite AND on PostgreSQL, handed down as its Context."""
+    from saphan.engine import Engine
+
+    # The registry of workspaces is per test, not the account's.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
+    engine = Engine(tmp_path_factory.mktemp("home") / "saphan")
+    engine.init(database_url)
+    try:
+        yield engine.ctx
+    finally:
+        engine.close()
 
 
 @pytest.fixture

@@ -17,8 +17,12 @@ from saphan.tools.binaries import AgentBinary
 from saphan.tools.claude import ClaudeAdapter
 from saphan.tools.instruction import Instruction
 
-#: the fleet tests' ``ctx`` fixture: a real workspace, on each store
-pytest_plugins = ["fleet.conftest"]
+
+@pytest.fixture
+def ctx(engine_ctx: Context) -> Context:
+    """A real workspace, on each store (tests/conftest.py)."""
+    return engine_ctx
+
 
 FAR = Machine("far1", "ssh", "u", "10.0.0.1", 22, None, "ssh-ed25519 AAAA")
 
