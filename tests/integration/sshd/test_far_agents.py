@@ -31,6 +31,19 @@ OPENAI_KEY = "sk-far-openai-test-key-9876543210"
 CMDLINES = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
 
 
+def argv_probe(secret: str, marker: str) -> str:
+    """Shell that counts the far processes whose argv holds `marker` (the
+    agent itself) and `secret`: the argvs are saved first, then counted, so
+    only two short lines reach the agent (a whole dump was cut by the agent as
+    too long) and the probe's own argv never holds the secret (the file stays:
+    Codex refuses an `rm -f`)."""
+    half = len(secret) // 2
+    return (f"{CMDLINES} > .argvs; "
+            f"echo marker=$(grep -c -- '{marker}' .argvs); "
+            f"echo secret=$(grep -cF -- \"$(printf '%s%s' '{secret[:half]}' '{secret[half:]}')\" "
+            f".argvs)")
+
+
 #: a TCP forwarder for the far host's loopback (run in its network namespace):
 #: the endpoint a far agent names is on its own machine's loopback (plain http
 #: anywhere else is refused), and reaches the scripted server from there
@@ -134,7 +147,7 @@ def test_far_claude_writes_commits_is_refused_outside_and_the_key_stays_off_argv
     script = [("write", str(wd / "hello.txt"), "from far claude\n"),
               ("write", str(wd / "i.sh"), f"{commit}\necho x > {outside} || echo refused\n"
                                           f"echo x > {above} || echo above-refused\n"
-                                          f"{CMDLINES}\n"),
+                                          f"{argv_probe(KEY, '--output-format')}\n"),
               ("shell", "sh i.sh"), ("text", "finished")]
     with MessagesServer(script, host=h.host_addr) as srv, \
             far_loopback(h, srv.port) as url:
@@ -152,7 +165,7 @@ def test_far_claude_writes_commits_is_refused_outside_and_the_key_stays_off_argv
     assert not h.far_path(outside).exists()
     assert "above-refused" in results and not h.far_path(above).exists()
     # the key crossed the channel's stdin: no far process's argv held it
-    assert "--output-format" in results and KEY not in results
+    assert "secret=0" in results and "marker=0" not in results and "marker=" in results
     enforced = rec["enforced_by"]
     assert enforced["mechanism"] == "landlock" and enforced["machine"] == "far1"
     assert rec["agent"]["path"] == str(path) and rec["agent"]["resolved_on"] == "far1"
@@ -201,7 +214,7 @@ def test_far_codex_delivered_pinned_and_self_confined(far: Remote, codex_bin: st
               "&& echo committed")
     script = [("shell", f"echo from-codex > hello.txt && {commit}"),
               ("shell", f"echo x > {outside} || echo refused"),
-              ("shell", CMDLINES), ("text", "finished")]
+              ("shell", argv_probe(OPENAI_KEY, "codex")), ("text", "finished")]
     far.ready("far3", slot="cx", tool="codex")
     delivered = far.ok("machine", "deliver", "far3", "--agent", "codex", "--json").json()[0]
     assert delivered["result"] == "installed"
@@ -223,7 +236,7 @@ def test_far_codex_delivered_pinned_and_self_confined(far: Remote, codex_bin: st
     assert rec["outcome"] == "exited" and rec["exit_code"] == 0, rec
     assert "far-codex" in _git_log(h, wd)
     assert "refused" in outputs and not h.far_path(outside).exists()
-    assert "codex" in outputs and OPENAI_KEY not in outputs
+    assert "secret=0" in outputs and "marker=0" not in outputs and "marker=" in outputs
     enforced = rec["enforced_by"]
     assert enforced["mechanism"] == "vendor:codex"
     assert enforced["engine_claim"].startswith("none")
