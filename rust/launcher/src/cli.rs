@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! saphan-launcher exec [--status-fd N] [--expect-sha256 HEX] [--stdin-frame] --policy JSON -- CMD [ARGS...]
-//! saphan-launcher reap [--status-fd N] [--expect-sha256 HEX] [--stdin-frame] -- CMD [ARGS...]
+//! saphan-launcher reap [--status-fd N] [--expect-sha256 HEX] [--stdin-frame]
+//!                      [--bridge 127.0.0.1:PORT=SOCKET] -- CMD [ARGS...]
 //! ```
 //!
 //! Options may come in any order before `--`, each at most once, as
@@ -15,10 +16,18 @@
 //! `--stdin-frame` is a flag and takes no value (`--stdin-frame=X` is a
 //! usage error): the launcher reads a frame from fd 0 (the command's
 //! environment and stdin, see `frame`), and the rest of fd 0 is the run's
-//! lifeline.
+//! lifeline. `--bridge` (`reap` only) is `127.0.0.1:PORT=SOCKET`: the
+//! launcher serves TCP on that loopback port and carries every connection
+//! to the unix socket SOCKET (see `bridge`). The address is exactly
+//! `127.0.0.1` (the bridge must never listen beyond the jail's loopback),
+//! PORT is 1-65535 without leading zeros, SOCKET an absolute path of at most
+//! 107 bytes (what a `sockaddr_un` holds); the path may be any bytes, so
+//! this one option is parsed before the UTF-8 check of the others.
 #![forbid(unsafe_code)]
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
 
 pub const USAGE: &str = "\
 usage: saphan-launcher --version
@@ -28,7 +37,7 @@ usage: saphan-launcher --version
        saphan-launcher exec [--status-fd N] [--expect-sha256 HEX] [--stdin-frame]
                             --policy JSON -- CMD [ARGS...]
        saphan-launcher reap [--status-fd N] [--expect-sha256 HEX] [--stdin-frame]
-                            -- CMD [ARGS...]
+                            [--bridge 127.0.0.1:PORT=SOCKET] -- CMD [ARGS...]
 
 exec confines itself with Landlock, then supervises CMD; reap supervises CMD
 without a domain. Either way, when CMD exits every process it left behind is
@@ -50,6 +59,11 @@ killed, and the launcher exits with CMD's status (128+signal when killed).
   /dev/null without a stdin item. A bad frame is refused (policy-invalid,
   exit 3). The rest of fd 0 is the lifeline: a line `stop` sends the command
   SIGHUP; end of input stops nothing.
+--bridge 127.0.0.1:PORT=SOCKET (reap only): before CMD starts the launcher
+  listens on 127.0.0.1:PORT and connects once to the unix socket SOCKET (an
+  absolute path); either failing is refused (egress-uncuttable, exit 3) and
+  CMD never runs. Once CMD runs, every TCP connection to the port is carried
+  to a new connection to SOCKET, both ways, until CMD's run ends.
 
 exit codes: 0 ok, 1 I/O error, 2 usage error, 3 refusal, 127 the command could not be
 executed; otherwise the command's own status";
@@ -80,8 +94,18 @@ pub struct Launch {
     pub expect_sha256: Option<String>,
     /// `--stdin-frame`: read the command's environment and stdin from fd 0.
     pub stdin_frame: bool,
+    /// `--bridge` (`reap` only): a loopback port carried to a unix socket.
+    pub bridge: Option<BridgeSpec>,
     pub cmd: OsString,
     pub args: Vec<OsString>,
+}
+
+/// `--bridge 127.0.0.1:PORT=SOCKET`: the port listened on (always on
+/// 127.0.0.1) and the unix socket every connection is carried to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BridgeSpec {
+    pub port: u16,
+    pub socket: PathBuf,
 }
 
 /// A usage error: the message is printed with [`USAGE`], exit 2.
@@ -139,6 +163,7 @@ fn parse_launch(verb: &str, rest: Vec<OsString>) -> Result<Launch, UsageError> {
     let mut status_fd: Option<i32> = None;
     let mut expect_sha256: Option<String> = None;
     let mut stdin_frame = false;
+    let mut bridge: Option<BridgeSpec> = None;
     let mut it = rest.into_iter();
     loop {
         let Some(arg) = it.next() else {
@@ -148,6 +173,23 @@ fn parse_launch(verb: &str, rest: Vec<OsString>) -> Result<Launch, UsageError> {
         };
         if arg == "--" {
             break;
+        }
+        if let Some(inline) = bridge_option(&arg) {
+            if wants_policy {
+                return Err(UsageError(format!(
+                    "`--bridge` is a `reap` option, `{verb}` does not take it"
+                )));
+            }
+            let value = match inline {
+                Some(v) => v,
+                None => it
+                    .next()
+                    .ok_or_else(|| UsageError("`--bridge` needs a value".to_owned()))?,
+            };
+            if bridge.replace(parse_bridge(&value)?).is_some() {
+                return Err(UsageError("`--bridge` given twice".to_owned()));
+            }
+            continue;
         }
         let arg = utf8(arg, &format!("an `{verb}` option"))?;
         if arg == "--stdin-frame" {
@@ -202,9 +244,87 @@ fn parse_launch(verb: &str, rest: Vec<OsString>) -> Result<Launch, UsageError> {
         status_fd,
         expect_sha256,
         stdin_frame,
+        bridge,
         cmd,
         args: it.collect(),
     })
+}
+
+/// `--bridge` → `Some(None)`, `--bridge=V` → `Some(Some(V))`, anything else
+/// `None`. On bytes: the value may hold a path that is not UTF-8.
+fn bridge_option(arg: &OsStr) -> Option<Option<OsString>> {
+    let bytes = arg.as_bytes();
+    if bytes == b"--bridge" {
+        return Some(None);
+    }
+    let value = bytes.strip_prefix(b"--bridge=")?;
+    Some(Some(OsString::from_vec(value.to_vec())))
+}
+
+/// The longest path a `sockaddr_un` holds (108 bytes with its NUL).
+const SOCKET_PATH_MAX: usize = 107;
+
+/// `127.0.0.1:PORT=SOCKET`. The address is spelled exactly `127.0.0.1`:
+/// `0.0.0.0`, `::1` or a name would let the bridge listen somewhere the
+/// engine did not choose (or outside the jail, were it ever run without
+/// its own network namespace). Split at the first `=` (the address holds
+/// none, the path may).
+fn parse_bridge(value: &OsStr) -> Result<BridgeSpec, UsageError> {
+    let bytes = value.as_bytes();
+    let Some(eq) = bytes.iter().position(|&b| b == b'=') else {
+        return Err(UsageError(format!(
+            "`--bridge` needs 127.0.0.1:PORT=SOCKET, got {value:?}"
+        )));
+    };
+    let (addr, socket) = (&bytes[..eq], &bytes[eq + 1..]);
+    let port = match addr.strip_prefix(b"127.0.0.1:") {
+        Some(port) => parse_port(port)?,
+        None => {
+            return Err(UsageError(format!(
+                "`--bridge` listens only on 127.0.0.1 (IPv4 loopback) and needs                  127.0.0.1:PORT, got {:?}",
+                OsStr::from_bytes(addr)
+            )))
+        }
+    };
+    Ok(BridgeSpec {
+        port,
+        socket: parse_socket_path(socket)?,
+    })
+}
+
+/// 1 to 65535, decimal digits only, without a leading zero (one spelling
+/// per port).
+fn parse_port(port: &[u8]) -> Result<u16, UsageError> {
+    let digits = !port.is_empty() && port.iter().all(u8::is_ascii_digit) && port[0] != b'0';
+    let parsed = std::str::from_utf8(port)
+        .ok()
+        .and_then(|p| p.parse::<u16>().ok());
+    match parsed {
+        Some(n) if digits => Ok(n),
+        _ => Err(UsageError(format!(
+            "`--bridge` needs a port of 1 to 65535 after 127.0.0.1:, got {:?}",
+            OsStr::from_bytes(port)
+        ))),
+    }
+}
+
+/// An absolute path that fits a `sockaddr_un` (a longer one could never be
+/// connected to: refused here rather than at the first connection).
+fn parse_socket_path(socket: &[u8]) -> Result<PathBuf, UsageError> {
+    let shown = OsStr::from_bytes(socket);
+    if socket.first() != Some(&b'/') {
+        return Err(UsageError(format!(
+            "`--bridge` needs an absolute unix socket path after `=`, got {shown:?}"
+        )));
+    }
+    if socket.len() > SOCKET_PATH_MAX {
+        return Err(UsageError(format!(
+            "`--bridge` socket path {shown:?} is {} bytes, a unix socket path holds at most \
+             {SOCKET_PATH_MAX}",
+            socket.len()
+        )));
+    }
+    Ok(PathBuf::from(shown))
 }
 
 /// A status descriptor: a decimal number of 3 or more (0-2 are the
@@ -356,6 +476,7 @@ mod tests {
                 status_fd: None,
                 expect_sha256: None,
                 stdin_frame: false,
+                bridge: None,
                 cmd: "/bin/sh".into(),
                 args: vec!["-c".into(), "echo --".into(), "--".into()],
             }))
@@ -367,6 +488,7 @@ mod tests {
                 status_fd: None,
                 expect_sha256: None,
                 stdin_frame: false,
+                bridge: None,
                 cmd: "claude".into(),
                 args: vec!["-p".into()],
             }))
@@ -380,6 +502,7 @@ mod tests {
             status_fd: Some(7),
             expect_sha256: None,
             stdin_frame: false,
+            bridge: None,
             cmd: "/bin/sh".into(),
             args: vec!["-c".into(), "exit 3".into()],
         });
@@ -403,6 +526,7 @@ mod tests {
                 status_fd: None,
                 expect_sha256: None,
                 stdin_frame: false,
+                bridge: None,
                 cmd: "sh".into(),
                 args: vec!["-c".into(), "--status-fd".into()],
             }))
@@ -414,6 +538,7 @@ mod tests {
                 status_fd: Some(9),
                 expect_sha256: None,
                 stdin_frame: false,
+                bridge: None,
                 cmd: "true".into(),
                 args: vec![],
             }))
@@ -425,6 +550,7 @@ mod tests {
                 status_fd: Some(3),
                 expect_sha256: None,
                 stdin_frame: false,
+                bridge: None,
                 cmd: "true".into(),
                 args: vec![],
             }))
@@ -479,6 +605,7 @@ mod tests {
                 status_fd: None,
                 expect_sha256: Some(DIGEST.to_owned()),
                 stdin_frame: false,
+                bridge: None,
                 cmd: "true".into(),
                 args: vec![],
             }))
@@ -598,6 +725,7 @@ mod tests {
                 status_fd: None,
                 expect_sha256: None,
                 stdin_frame: true,
+                bridge: None,
                 cmd: "true".into(),
                 args: vec![],
             }))
@@ -628,6 +756,188 @@ mod tests {
             assert!(p(&args).is_err(), "{args:?}");
             let args = [&[verb][..], policy, &["--stdin", "--", "x"]].concat();
             assert!(p(&args).is_err(), "{args:?}");
+        }
+    }
+
+    fn bridge(port: u16, socket: &str) -> Option<BridgeSpec> {
+        Some(BridgeSpec {
+            port,
+            socket: socket.into(),
+        })
+    }
+
+    #[test]
+    fn reap_takes_a_bridge_in_either_spelling_anywhere_before_the_double_dash() {
+        for args in [
+            &["reap", "--bridge", "127.0.0.1:3128=/run/door.sock"][..],
+            &["reap", "--bridge=127.0.0.1:3128=/run/door.sock"],
+            &[
+                "reap",
+                "--status-fd",
+                "4",
+                "--bridge",
+                "127.0.0.1:3128=/run/door.sock",
+                "--stdin-frame",
+            ],
+            &[
+                "reap",
+                "--stdin-frame",
+                "--expect-sha256",
+                DIGEST,
+                "--bridge=127.0.0.1:3128=/run/door.sock",
+            ],
+        ] {
+            let mut args = args.to_vec();
+            args.extend(["--", "/bin/sh", "--bridge=127.0.0.1:1=/x"]);
+            let l = launch_of(p(&args));
+            assert_eq!(l.bridge, bridge(3128, "/run/door.sock"), "{args:?}");
+            assert_eq!(l.cmd, OsString::from("/bin/sh"));
+            assert_eq!(l.args, vec![OsString::from("--bridge=127.0.0.1:1=/x")]);
+        }
+        assert_eq!(
+            p(&[
+                "reap",
+                "--bridge",
+                "127.0.0.1:65535=/a=b/c.sock",
+                "--",
+                "true"
+            ]),
+            Ok(Command::Reap(Launch {
+                policy: None,
+                status_fd: None,
+                expect_sha256: None,
+                stdin_frame: false,
+                bridge: bridge(65535, "/a=b/c.sock"),
+                cmd: "true".into(),
+                args: vec![],
+            }))
+        );
+        assert_eq!(
+            launch_of(p(&["reap", "--bridge=127.0.0.1:1=/s", "--", "true"])).bridge,
+            bridge(1, "/s")
+        );
+        // Off unless given; after `--` it is the command's.
+        let l = launch_of(p(&["reap", "--", "true", "--bridge", "127.0.0.1:1=/s"]));
+        assert_eq!(l.bridge, None);
+    }
+
+    #[test]
+    fn a_bridge_socket_path_may_be_any_bytes() {
+        use std::os::unix::ffi::OsStringExt;
+        let path = OsString::from_vec(b"/run/\xff\xfe.sock".to_vec());
+        let inline = [
+            b"--bridge=127.0.0.1:3128=".to_vec(),
+            path.clone().into_vec(),
+        ]
+        .concat();
+        let separate = [b"127.0.0.1:3128=".to_vec(), path.clone().into_vec()].concat();
+        for args in [
+            vec![OsString::from_vec(inline)],
+            vec!["--bridge".into(), OsString::from_vec(separate)],
+        ] {
+            let mut argv: Vec<OsString> = vec!["reap".into()];
+            argv.extend(args);
+            argv.extend(["--".into(), "true".into()]);
+            let l = launch_of(parse(argv));
+            assert_eq!(
+                l.bridge,
+                Some(BridgeSpec {
+                    port: 3128,
+                    socket: path.clone().into()
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn a_bridge_listens_only_on_127_0_0_1_with_a_real_port_and_an_absolute_socket() {
+        let long = format!("127.0.0.1:3128=/{}", "s".repeat(107));
+        let longest = format!("127.0.0.1:3128=/{}", "s".repeat(106));
+        assert_eq!(
+            launch_of(p(&["reap", "--bridge", &longest, "--", "true"]))
+                .bridge
+                .map(|b| b.socket.as_os_str().len()),
+            Some(107)
+        );
+        for (value, want) in [
+            ("0.0.0.0:3128=/run/door.sock", "listens only on 127.0.0.1"),
+            ("[::1]:3128=/run/door.sock", "listens only on 127.0.0.1"),
+            ("::1:3128=/run/door.sock", "listens only on 127.0.0.1"),
+            ("localhost:3128=/run/door.sock", "listens only on 127.0.0.1"),
+            ("127.0.0.2:3128=/run/door.sock", "listens only on 127.0.0.1"),
+            ("127.1:3128=/run/door.sock", "listens only on 127.0.0.1"),
+            (
+                " 127.0.0.1:3128=/run/door.sock",
+                "listens only on 127.0.0.1",
+            ),
+            ("127.0.0.1=/run/door.sock", "listens only on 127.0.0.1"),
+            ("3128=/run/door.sock", "listens only on 127.0.0.1"),
+            ("127.0.0.1:=/run/door.sock", "a port of 1 to 65535"),
+            ("127.0.0.1:0=/run/door.sock", "a port of 1 to 65535"),
+            ("127.0.0.1:03128=/run/door.sock", "a port of 1 to 65535"),
+            ("127.0.0.1:65536=/run/door.sock", "a port of 1 to 65535"),
+            ("127.0.0.1:+80=/run/door.sock", "a port of 1 to 65535"),
+            ("127.0.0.1:-1=/run/door.sock", "a port of 1 to 65535"),
+            ("127.0.0.1:80 =/run/door.sock", "a port of 1 to 65535"),
+            ("127.0.0.1:http=/run/door.sock", "a port of 1 to 65535"),
+            ("127.0.0.1:3128=", "an absolute unix socket path"),
+            ("127.0.0.1:3128=door.sock", "an absolute unix socket path"),
+            ("127.0.0.1:3128=./door.sock", "an absolute unix socket path"),
+            ("127.0.0.1:3128", "needs 127.0.0.1:PORT=SOCKET"),
+            ("/run/door.sock", "needs 127.0.0.1:PORT=SOCKET"),
+            ("", "needs 127.0.0.1:PORT=SOCKET"),
+            (long.as_str(), "at most 107"),
+        ] {
+            let inline = format!("--bridge={value}");
+            for args in [
+                vec!["reap", "--bridge", value, "--", "true"],
+                vec!["reap", inline.as_str(), "--", "true"],
+            ] {
+                let err = p(&args).unwrap_err();
+                assert!(
+                    err.0.starts_with("`--bridge` ") && err.0.contains(want),
+                    "{args:?}: {err:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_bridge_comes_once_with_a_value_and_only_on_reap() {
+        let one = "127.0.0.1:3128=/run/door.sock";
+        let inline = format!("--bridge={one}");
+        for args in [
+            vec!["reap", "--bridge", one, "--bridge", one, "--", "true"],
+            vec!["reap", inline.as_str(), "--bridge", one, "--", "true"],
+            vec!["reap", "--bridge", one, "--status-fd=4", &inline, "--", "x"],
+        ] {
+            assert_eq!(
+                p(&args),
+                Err(UsageError("`--bridge` given twice".to_owned())),
+                "{args:?}"
+            );
+        }
+        assert_eq!(
+            p(&["reap", "--bridge"]),
+            Err(UsageError("`--bridge` needs a value".to_owned()))
+        );
+        // The value is taken as given: `--` there is a bad value, not the end.
+        assert!(p(&["reap", "--bridge", "--", "true"]).is_err());
+        assert!(p(&["reap", "--bridge", one]).is_err());
+        assert!(p(&["reap", "--bridg", one, "--", "true"]).is_err());
+        assert!(p(&["reap", "--bridge-x=1", "--", "true"]).is_err());
+        for args in [
+            vec!["exec", "--policy", "{}", "--bridge", one, "--", "true"],
+            vec!["exec", inline.as_str(), "--policy", "{}", "--", "true"],
+            vec!["exec", "--bridge", "--policy", "{}", "--", "true"],
+        ] {
+            assert_eq!(
+                p(&args),
+                Err(UsageError(
+                    "`--bridge` is a `reap` option, `exec` does not take it".to_owned()
+                )),
+                "{args:?}"
+            );
         }
     }
 }

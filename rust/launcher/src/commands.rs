@@ -35,6 +35,7 @@ use saphan_core::digest::{self, VerifyError};
 use saphan_core::landlock::{self, AbiProbe};
 use saphan_core::{policy, process, BinaryCustodyError, RefusalClass};
 
+use crate::bridge::Bridge;
 use crate::cli::Launch;
 use crate::frame::{self, Frame, Secret};
 use crate::refusal::{Refusal, EXIT_REFUSED};
@@ -353,6 +354,9 @@ pub fn exited_line(outcome: &Outcome) -> String {
 ///    to the launcher itself (so everything it forks is inside), print the
 ///    confirmation line, enter the workdir, create the scratch directory
 ///    without following links, verify a pinned digest;
+///    `reap --bridge` only: [`Bridge::open`] — listen on 127.0.0.1:PORT and
+///    connect once to the door's socket, either failing refused
+///    `egress-uncuttable` (the command never starts);
 /// 7. become a child subreaper, spawn the command (for `exec`: TMPDIR set,
 ///    and a scope-only domain nested in the launcher's from ABI 6),
 ///    forward SIGTERM/SIGINT/SIGHUP to it, wait for it, then SIGKILL every
@@ -360,9 +364,10 @@ pub fn exited_line(outcome: &Outcome) -> String {
 ///    with `--stdin-frame`, once the command is started: a thread writes the
 ///    frame's stdin payload into the command's stdin pipe (then closes it
 ///    and zeroes the buffer), and a thread reads the lifeline (the rest of
-///    fd 0; `stop` → SIGHUP to the launcher itself, forwarded). Both are
-///    started after the signals are blocked, so they inherit the mask, and
-///    neither is joined: the launcher exits when the command's run ends;
+///    fd 0; `stop` → SIGHUP to the launcher itself, forwarded); with
+///    `--bridge`, the bridge's accept thread. All are started after the
+///    signals are blocked, so they inherit the mask, and none is joined:
+///    the launcher exits when the command's run ends;
 /// 8. `saphan-launcher: exited code=N reaped=M`, and exit with the
 ///    command's status (128+signal when it was killed; 127 with
 ///    `code=127 reaped=0` when it could not be executed).
@@ -443,6 +448,13 @@ pub fn launch(custody: Result<(), &Refusal>, launch: Launch, confine: bool) -> E
         }
     }
 
+    // Listening, and the door reached once, before anything starts: a run
+    // that could never get out is refused whole, not left to fail inside.
+    let bridge = match launch.bridge.as_ref().map(Bridge::open).transpose() {
+        Ok(bridge) => bridge,
+        Err(r) => return status.refuse(&r),
+    };
+
     let supervisor = match Supervisor::prepare() {
         Ok(s) => s,
         Err(e) => return status.refuse(&start_refusal(&e)),
@@ -453,6 +465,9 @@ pub fn launch(custody: Result<(), &Refusal>, launch: Launch, confine: bool) -> E
         }
         if let Some(fd0) = lifeline {
             start_lifeline(fd0);
+        }
+        if let Some(bridge) = bridge {
+            start_bridge(bridge);
         }
     };
     let outcome = match supervisor.run(command, nested_domain, after_spawn) {
@@ -571,6 +586,19 @@ fn start_lifeline(fd0: File) {
         let _ = writeln!(
             std::io::stderr(),
             "saphan-launcher: cannot start the lifeline reader (a `stop` will not be heard): {e}"
+        );
+    }
+}
+
+/// Starts the bridge's accept thread, from the supervisor's thread after the
+/// spawn, so it inherits the blocked signals. A bridge that cannot start is
+/// closed: clients are refused at once, and the run goes on without a way
+/// out (its egress stays cut).
+fn start_bridge(bridge: Bridge) {
+    if let Err(e) = bridge.start() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "saphan-launcher: cannot start the egress bridge (the port is closed): {e}"
         );
     }
 }

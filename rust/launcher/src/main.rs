@@ -27,8 +27,13 @@
 //! environment and stdin from a frame on fd 0, after those checks and
 //! before the policy (see `frame` and `commands::launch`); the rest of fd 0
 //! is the run's lifeline (`stop` → SIGHUP to the command).
+//!
+//! Egress: with `--bridge 127.0.0.1:PORT=SOCKET` `reap` also serves that
+//! loopback port, carrying each connection to the unix socket (the door of
+//! a run whose jail has only loopback; see `bridge`).
 #![forbid(unsafe_code)]
 
+mod bridge;
 mod cli;
 mod commands;
 mod frame;

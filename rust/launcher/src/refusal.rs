@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 use std::fmt;
+use std::net::SocketAddrV4;
 use std::path::Path;
 
 use saphan_core::binary_custody::NOT_ASSERTED;
@@ -143,6 +144,38 @@ impl Refusal {
         )
     }
 
+    /// `--bridge`: the port cannot be listened on (in a run's own network
+    /// namespace nothing else should hold it).
+    pub fn bridge_cannot_listen(addr: SocketAddrV4, e: &std::io::Error) -> Self {
+        Refusal::new(
+            RefusalClass::EgressUncuttable,
+            format!(
+                "the egress bridge cannot listen on {addr}: {e}; without it the run has no way \
+                 to its door, so nothing runs"
+            ),
+            format!(
+                "the bridge listens in the run's own network namespace, where nothing else \
+                 holds {addr}: dispatch the run again; if it recurs, report this message with \
+                 how the jail was built (it must unshare the network)"
+            ),
+        )
+    }
+
+    /// `--bridge`: the door's unix socket cannot be connected to.
+    pub fn bridge_door_unreachable(socket: &Path, e: &std::io::Error) -> Self {
+        Refusal::new(
+            RefusalClass::EgressUncuttable,
+            format!(
+                "the egress bridge cannot connect to the door's unix socket {}: {e}; without \
+                 it the run has no way out, so nothing runs",
+                socket.display()
+            ),
+            "the door is served by saphan outside the jail and bound into it at this path: \
+             check that the run's door is still serving and that its socket is bound into the \
+             jail there, then dispatch the run again",
+        )
+    }
+
     /// The running binary failed its custody check (or could not be
     /// measured); the refusal also states what the check does not assert.
     pub fn custody(e: &BinaryCustodyError) -> Self {
@@ -245,6 +278,35 @@ mod tests {
             .message
             .ends_with("; a launcher that cannot be verified runs nothing"));
         assert_eq!(r.fix, Refusal::self_digest_mismatch(exe, "", "").fix);
+    }
+
+    #[test]
+    fn bridge_refusals_are_egress_uncuttable_naming_the_address_or_path_and_the_error() {
+        let addr = SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 3128);
+        let e = std::io::Error::from_raw_os_error(98);
+        let r = Refusal::bridge_cannot_listen(addr, &e);
+        assert_eq!(r.class, RefusalClass::EgressUncuttable);
+        assert!(
+            r.status_line().starts_with(&format!(
+                "saphan-launcher: refused [egress-uncuttable] the egress bridge cannot listen \
+                 on 127.0.0.1:3128: {e}"
+            )),
+            "{}",
+            r.status_line()
+        );
+        assert!(r.fix.contains("127.0.0.1:3128"), "{}", r.fix);
+
+        let e = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let r = Refusal::bridge_door_unreachable(Path::new("/run/door.sock"), &e);
+        assert_eq!(r.class, RefusalClass::EgressUncuttable);
+        assert!(
+            r.message.starts_with(&format!(
+                "the egress bridge cannot connect to the door's unix socket /run/door.sock: {e}"
+            )),
+            "{}",
+            r.message
+        );
+        assert!(r.fix.contains("bound into the jail"), "{}", r.fix);
     }
 
     #[test]
