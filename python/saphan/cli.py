@@ -631,6 +631,12 @@ def slot_remove(ctx: click.Context, machine_name: str, slot_name: str) -> None:
               help="Agent slots: the model; pinned on the tool's command line, nothing else.")
 @click.option("--permission-class", "permission_class", type=click.Path(dir_okay=False),
               default=None, help="A permission class JSON file (see `saphan policy check`).")
+@click.option("--egress-policy", "egress_policy", type=click.Path(dir_okay=False),
+              default=None, metavar="FILE",
+              help="Cut the run's network: its own network namespace, and a per-run door "
+                   "(an authenticated proxy) allowing only what FILE allows, adding its "
+                   "credential routes' secrets outside the jail (see `saphan egress check`). "
+                   "Refused, never run open, where it cannot be enforced.")
 @click.option("--resume", "resume", default=None, metavar="RUN",
               help="Agent slots: continue RUN's tool session, explicitly and on the record "
                    "(the only way a session is ever continued).")
@@ -651,7 +657,7 @@ def run(
     as_json: bool, prompt: str | None, prompt_file: str | None, model: str | None,
     permission_class: str | None, resume: str | None, lane: str | None,
     max_turns: int | None, max_seconds: int | None, command: tuple[str, ...],
-    raw: bool, wait: float | None, exit_code: str,
+    raw: bool, wait: float | None, exit_code: str, egress_policy: str | None,
 ) -> None:
     """Run COMMAND inside the write boundary: saphan run --machine M --slot S -- CMD ARGS…
 
@@ -679,13 +685,14 @@ def run(
     engine = _engine(ctx)
     request = None
     if any(v is not None for v in (prompt, prompt_file, model, permission_class, resume, lane,
-                                   max_turns, max_seconds)):
+                                   max_turns, max_seconds, egress_policy)):
         # Only now: the agent tools' modules are not a plain command's cost.
         from saphan.tools.launch import Request
 
         request = Request(prompt=prompt, prompt_file=prompt_file, model=model,
                           permission_class=permission_class, resume=resume, lane=lane,
-                          max_turns=max_turns, max_seconds=max_seconds)
+                          max_turns=max_turns, max_seconds=max_seconds,
+                          egress_policy=egress_policy)
     from saphan.run import outcome as run_outcome
 
     with run_outcome.json_stdout(engine, as_json):
@@ -1155,6 +1162,35 @@ def policy_check(path: str, as_json: bool) -> None:
         _emit_json(pc.as_record())
         return
     for line in permission_class.describe(pc):
+        click.echo(line)
+
+
+# -- egress policies ------------------------------------------------------------
+
+@cli.group()
+def egress() -> None:
+    """Egress policies: a run's network cut and its per-run door (docs/egress.md).
+
+    A run with `saphan run --egress-policy FILE` (or a permission class naming
+    one) gets a network namespace holding only loopback; its one way out is a
+    door in saphan's own process, which answers CONNECT to the policy's
+    allowed hosts and ports only, and serves its credential routes, adding
+    the real secret outside the jail.
+    """
+
+
+@egress.command("check")
+@click.argument("path", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def egress_check(path: str, as_json: bool) -> None:
+    """Validate an egress policy file and print what it allows (reads no secret)."""
+    from saphan.egress import policy as egress_policy
+
+    pol = egress_policy.load(path)
+    if as_json:
+        _emit_json(pol.as_record())
+        return
+    for line in egress_policy.describe(pol):
         click.echo(line)
 
 

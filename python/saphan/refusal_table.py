@@ -23,8 +23,19 @@ CLASSES: dict[str, str] = {
     "model-substitution": "the final argv could yield a model other than the one named",
     "session-resumption": "the final argv would continue another session silently",
     "seat-full": "no free ordinal on the slot after conflict handling",
-    "egress-uncuttable": "a run declares an egress policy and this host cannot cut the network",
-    "egress-unsupported-lane": "egress policy on a Landlock host (no network lever in this build)",
+    "egress-uncuttable": (
+        "a run declares an egress policy and this host cannot cut the network (no network "
+        "namespace, the door's bridge cannot start, or a boundary whose network rule is not "
+        "measured)"
+    ),
+    "egress-unsupported-lane": (
+        "a run declares an egress policy on a Landlock lane, local or far (no network lever "
+        "in this build)"
+    ),
+    "egress-unsupported-tool": (
+        "a run declares an egress policy on a tool that confines itself (Codex; Claude Code "
+        "under run.confinement = vendor): nothing of saphan's is around the tool to cut"
+    ),
     "record-signature-invalid": (
         "a machine row's or a run record's signature does not verify (a run record is shown, "
         "flagged, never hidden)"

@@ -34,6 +34,7 @@ __all__ = [
     "digest_mismatch",
     "egress_uncuttable",
     "egress_unsupported_lane",
+    "egress_unsupported_tool",
     "landlock_below_floor",
     "landlock_incapable",
     "landlock_level_unknown",
@@ -123,6 +124,11 @@ def egress_unsupported_lane(message: str, remediation: str) -> Refusal:
     build).
     """
     return Refusal("egress-unsupported-lane", message, remediation)
+
+
+def egress_unsupported_tool(message: str, remediation: str) -> Refusal:
+    """``egress-unsupported-tool``: an egress policy on a tool that confines itself."""
+    return Refusal("egress-unsupported-tool", message, remediation)
 
 
 def record_signature_invalid(message: str, remediation: str) -> Refusal:

@@ -63,6 +63,24 @@ def test_everything_read_only_first_then_hiding_then_grants() -> None:
     assert _index(argv, "--remount-ro", "/w/repo/.saphan") > ro
 
 
+def test_an_egress_run_is_cut_and_gets_the_doors_directory_read_only() -> None:
+    policy = replace(HIDDEN_POLICY, network="egress", door_dir="/ws/runs/R/door")
+    argv = bwrap.render(policy, "/usr/bin/bwrap")
+    assert "--unshare-net" in argv
+    door = _index(argv, "--ro-bind", "/ws/runs/R/door", "/ws/runs/R/door")
+    # after the hiding tmpfs (it is under a hidden workspace), before its
+    # read-only remount, and never writable
+    assert _index(argv, "--perms", "0700", "--tmpfs", "/ws") < door
+    assert door < _index(argv, "--remount-ro", "/ws")
+    assert "/ws/runs/R/door" not in [argv[i + 1] for i, a in enumerate(argv) if a == "--bind"]
+    plain = bwrap.render(HIDDEN_POLICY, "/usr/bin/bwrap")
+    assert "--unshare-net" not in plain and "/ws/runs/R/door" not in plain
+    from saphan.confine.compose import bridge_args
+
+    assert bridge_args(policy) == ["--bridge", "127.0.0.1:3128=/ws/runs/R/door/door.sock"]
+    assert bridge_args(HIDDEN_POLICY) == []
+
+
 def test_read_denials_are_the_last_word_about_their_path(tmp_path: Path) -> None:
     secret_file = tmp_path / "record.key"
     secret_file.write_text("k")

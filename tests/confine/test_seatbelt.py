@@ -50,6 +50,23 @@ def test_seatbelt_golden() -> None:
     )
 
 
+def test_an_egress_run_renders_no_network_but_the_doors_socket_and_port() -> None:
+    policy = Policy(workdir="/w", writable_dirs=("/w",), hidden_dirs=("/ws",),
+                    network="egress", door_dir="/ws/runs/R/door")
+    profile = seatbelt.render(policy)
+    assert profile.endswith(
+        '(deny network*)\n'
+        '(allow network-outbound (remote unix-socket (path-literal '
+        '"/ws/runs/R/door/door.sock")))\n'
+        '(allow network-outbound (remote ip "localhost:3128"))\n')
+    # the door's directory is readable again under the hidden workspace
+    assert '(allow file-read*\n    (subpath "/w")\n    (subpath "/ws/runs/R/door"))' in profile
+    # last: nothing after the network rules re-opens the network
+    assert _heads(profile)[-3:] == ["(deny network*)", "(allow network-outbound (remote "
+                                    "unix-socket (path-literal \"/ws/runs/R/door/door.sock\")))",
+                                    '(allow network-outbound (remote ip "localhost:3128"))']
+
+
 def test_hidden_workspaces_are_denied_then_the_runs_own_paths_readable_again() -> None:
     policy = Policy(workdir="/w", writable_dirs=("/w", "/ws/runs/R/out"),
                     readonly_dirs=("/w/.git",), hidden_dirs=("/ws",),

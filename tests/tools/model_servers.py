@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import ssl
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,9 +42,12 @@ Turn = tuple[str, ...]
 
 class _Server:
     def __init__(self, script: list[Turn], *, host: str = "127.0.0.1",
-                 reject_auth: bool = False, models_status: int = 200):
+                 reject_auth: bool = False, models_status: int = 200,
+                 tls: ssl.SSLContext | None = None):
         self.script = list(script)
         self.host = host
+        #: served over TLS with this context (base_url then says https)
+        self.tls = tls
         #: every request answers 401 (an error body in the protocol's shape)
         self.reject_auth = reject_auth
         #: what a GET of the models listing answers (200: a small listing)
@@ -98,6 +102,8 @@ class _Server:
                 owner.on_post(self, body)
 
         self.httpd = ThreadingHTTPServer((host, 0), Handler)
+        if tls is not None:
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
         self.port = int(self.httpd.server_address[1])
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -111,7 +117,7 @@ class _Server:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls is not None else 'http'}://{self.host}:{self.port}"
 
     def next_turn(self, turns_so_far: int) -> Turn:
         if turns_so_far < len(self.script):

@@ -36,8 +36,12 @@ def refused(data: object) -> Refusal:
 
 
 def test_every_accepted_version_loads() -> None:
-    assert ACCEPTED == (1, 2, 3)
+    assert ACCEPTED == (1, 2, 3, 4)
     one, two, three = parse(V1), parse(V2), parse(V3)
+    four = parse({**V3, "schema": 4, "egress_policy": "/etc/saphan/egress.json"})
+    assert four.egress_policy == "/etc/saphan/egress.json"
+    assert four.as_record()["egress_policy"] == "/etc/saphan/egress.json"
+    assert three.egress_policy is None
     assert one.commands == ("git", "sh") and one.network == "off"
     assert one.credentials == ("ANTHROPIC_API_KEY",)
     assert two.commands == ("git",) and two.permission_mode == "plan"
@@ -55,7 +59,16 @@ def test_version_3_is_version_2_plus_writable_protected() -> None:
     assert parse(without).writable_protected == ()
 
 
-@pytest.mark.parametrize("schema", [0, 4, 99, -1, "1", 1.0, None, True, [1]])
+def test_version_4_is_version_3_plus_an_absolute_egress_policy() -> None:
+    assert FIELDS[4] == FIELDS[3] | {"egress_policy"}
+    for bad in ("egress.json", "", 7, ["/a"]):
+        r = refused({**V3, "schema": 4, "egress_policy": bad})
+        assert r.cls == "policy-invalid" and "egress_policy" in r.message
+    mixed = refused({**V3, "egress_policy": "/etc/saphan/egress.json"})
+    assert mixed.cls == "policy-schema-mixed" and "schema 4" in mixed.message
+
+
+@pytest.mark.parametrize("schema", [0, 5, 99, -1, "1", 1.0, None, True, [1]])
 def test_unknown_versions_are_refused(schema: object) -> None:
     r = refused({**V1, "schema": schema})
     assert r.cls == "policy-schema-unknown"

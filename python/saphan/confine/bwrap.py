@@ -44,6 +44,11 @@ def render(policy: Policy, bwrap: str = "bwrap", fds: Mapping[str, int] = NO_FDS
         argv += _bind(d, fds)
     argv += _hide(late)
     argv += _bind_back(policy, late, fds)
+    if policy.door_dir:
+        # The egress door's socket (in the hidden run directory): read-only
+        # is enough to connect to a socket, and nothing of the jail's can be
+        # put in its place.
+        argv += ["--ro-bind", policy.door_dir, policy.door_dir]
     argv += _devices(policy)
     argv += _carve_outs_and_denials(policy)
     return argv + _tail(policy)
@@ -137,9 +142,11 @@ def _tail(policy: Policy) -> list[str]:
         # signal one outside, and none outlives the run (the namespace ends
         # when its first process does; saphan-launcher reaps and counts).
         "--unshare-pid",
-        # `network: off` (confine/network.py): a network namespace of its
-        # own, only a loopback device that is down.
-        *(("--unshare-net",) if policy.network == "off" else ()),
+        # `network: off` (confine/network.py) and an egress policy
+        # (egress/cut.py): a network namespace of its own, holding only
+        # loopback (bubblewrap brings it up); an egress run's way out is the
+        # door's socket bound above.
+        *(("--unshare-net",) if policy.network in ("off", "egress") else ()),
         "--proc", "/proc",
         "--die-with-parent",
         "--new-session",

@@ -79,7 +79,7 @@ class _Bwrap:
     sha256: str
 
 
-def usable_bwrap(*, unshare_net: bool = False) -> _Bwrap:
+def usable_bwrap(*, unshare_net: bool = False, egress: bool = False) -> _Bwrap:
     """bubblewrap from the trusted directories that can create a sandbox
     here, or the refusal. The trial runs ``true`` by its trusted path: by
     name, a PATH without /usr/bin failed it as if namespaces were off.
@@ -87,7 +87,8 @@ def usable_bwrap(*, unshare_net: bool = False) -> _Bwrap:
     With ``unshare_net``, a second trial adds ``--unshare-net`` (what a
     ``network: off`` run gets): a host that makes user namespaces but no
     network namespace (``user.max_net_namespaces=0``: bwrap says ENOSPC) is
-    the refusal ``network-posture-unenforceable``, naming the setting."""
+    the refusal ``network-posture-unenforceable``, naming the setting — or,
+    for a run with an egress policy (``egress``), ``egress-uncuttable``."""
     from saphan import _native
     from saphan.confine import trusted
 
@@ -126,14 +127,17 @@ def usable_bwrap(*, unshare_net: bool = False) -> _Bwrap:
             "`bwrap --ro-bind / / -- true` succeeds",
         )
     if net is not None and net.returncode != 0:
-        raise refusals.network_posture_unenforceable(
+        refuse = (refusals.egress_uncuttable if egress
+                  else refusals.network_posture_unenforceable)
+        raise refuse(
             f"{exe} creates a sandbox on this host, but not one with a network namespace of "
-            f"its own (--unshare-net, what every `network: off` run gets): "
-            f"{net.stderr.strip()}",
+            f"its own (--unshare-net, what every `network: off` run and every run with an "
+            f"egress policy gets): {net.stderr.strip()}",
             "allow network namespaces: `sysctl -w user.max_net_namespaces=15000` (0 forbids "
             "them; a container's runtime may forbid them too), then check that "
             "`bwrap --ro-bind / / --unshare-user --unshare-net -- true` succeeds; until then "
-            "every `network: off` run here fails (a class's default when it names no network)",
+            "every `network: off` run (a class's default when it names no network) and every "
+            "run with an egress policy here is refused",
         )
     return _Bwrap(exe, version.removeprefix("bubblewrap ").strip() or "unknown",
                   _native.sha256_file(exe))
@@ -226,8 +230,18 @@ def reaper_prefix() -> tuple[list[str], dict[str, Any]]:
             {"reaper": {"executable": reaper.path, "sha256": reaper.sha256}})
 
 
+def bridge_args(policy: Policy) -> list[str]:
+    """An egress run's bridge: the jail's first process listens on the
+    jail's loopback and carries each connection to the door's socket."""
+    if policy.network != "egress":
+        return []
+    from saphan.egress.cut import DOOR_PORT, SOCKET_NAME
+
+    return ["--bridge", f"127.0.0.1:{DOOR_PORT}={os.path.join(policy.door_dir, SOCKET_NAME)}"]
+
+
 def _bubblewrap(policy: Policy) -> Boundary:
-    b = usable_bwrap()
+    b = usable_bwrap(unshare_net=policy.network != "open", egress=policy.network == "egress")
     reaper = usable_reaper()
     fds = grant_fds(policy.writable_dirs)
     return Boundary(
@@ -236,7 +250,8 @@ def _bubblewrap(policy: Policy) -> Boundary:
         executable=b.exe,
         executable_sha256=b.sha256,
         prefix=[*bwrap.render(policy, b.exe, fds), reaper.path, "reap",
-                "--expect-sha256", reaper.sha256, "--status-fd", str(STATUS_FD), "--"],
+                "--expect-sha256", reaper.sha256, "--status-fd", str(STATUS_FD),
+                *bridge_args(policy), "--"],
         policy=policy,
         extra={"reaper": {"executable": reaper.path, "sha256": reaper.sha256}},
         status_fd=STATUS_FD,

@@ -11,8 +11,9 @@ Where ``off`` is enforced in this build (:func:`lever`):
 
 - a ``command`` run under the engine's bubblewrap on Linux, and under the
   local Landlock boundary (its outer bubblewrap): ``--unshare-net`` gives the
-  jail a network namespace of its own holding only a loopback device that is
-  down, so no socket reaches any IP address outside it — the host's loopback
+  jail a network namespace of its own holding only its own loopback device
+  (bubblewrap brings it up: 127.0.0.1 there is the jail's, not the host's),
+  so no socket reaches any IP address outside it — the host's loopback
   included (tests/confine/test_network.py connects to a server on the host)
   — nor an abstract unix socket. Unix sockets on the filesystem are NOT cut
   (a namespace does not cover them): a daemon's socket the jail can name
@@ -27,8 +28,9 @@ Where it is refused:
 
 - ``claude`` and ``loop`` runs: the agent process itself must reach its
   model endpoint, and it shares the jail with the commands it runs, so no
-  network cut leaves the one and takes the other (an egress policy with a
-  per-run door will: the egress issue);
+  network cut leaves the one and takes the other. With an egress policy
+  (egress/cut.py) whose credential route serves the agent, the class's
+  ``off`` is enforced instead as a cut whose door serves only the routes;
 - Seatbelt (macOS): a network rule is not measured on this build's CI;
 - ``run.confinement = vendor`` for Claude Code: the engine composes nothing;
 - runs on SSH machines: the launcher has no network lever in this build.
@@ -39,8 +41,8 @@ from __future__ import annotations
 from saphan import refusals
 
 #: what enforces ``network: off`` on each path that can (see :func:`lever`)
-BWRAP_LEVER = ("a network namespace of its own (bubblewrap --unshare-net): only a loopback "
-               "device, down; no IP address outside the jail is reachable, the host's loopback "
+BWRAP_LEVER = ("a network namespace of its own (bubblewrap --unshare-net): only its own "
+               "loopback device; no IP address outside the jail is reachable, the host's loopback "
                "included, nor an abstract unix socket. Not cut: unix sockets on the filesystem "
                "(a daemon's socket the jail can name is still reachable) and vsock")
 CODEX_LEVER = ("Codex's own sandbox takes the network from every command the model runs "
@@ -62,7 +64,9 @@ def lever(*, tool: str, mechanism: str) -> str | None:
 def _why(tool: str, mechanism: str) -> str:
     if tool in ("claude", "loop") and not mechanism.startswith("vendor"):
         return (f"the {tool} agent itself must reach its model endpoint from inside the jail, "
-                "so the jail's network cannot be cut")
+                "so the jail's network cannot be cut without a door (give the run an egress "
+                "policy whose credential route serves the agent: then `off` is a cut whose "
+                "door serves only that route)")
     if mechanism == "seatbelt":
         return "a Seatbelt network rule is not measured in this build"
     if mechanism == "ssh":

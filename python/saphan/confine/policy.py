@@ -31,8 +31,12 @@ class Policy:
     #: files/dirs unreadable inside the jail; applied LAST by every renderer
     read_denials: tuple[str, ...] = ()
     #: "open": network egress is not restricted; "off": the renderers cut it
-    #: (decided by confine/network.py: only where the run's path can)
+    #: (decided by confine/network.py: only where the run's path can);
+    #: "egress": cut, and the door's socket directory (``door_dir``) is the
+    #: one way out (egress/cut.py)
     network: str = "open"
+    #: an egress run's door directory, bound read-only into the jail
+    door_dir: str = ""
     #: TMPDIR for the tool, inside the working directory
     scratch_dir: str = ""
     #: variables the derivation sets for the run (a --repo run's own object
@@ -53,6 +57,8 @@ class Policy:
             "read_denials": list(self.read_denials),
             "hidden": list(self.hidden_dirs),
             "setenv": dict(self.setenv),
-            "network": "not restricted" if self.network == "open" else self.network,
+            "network": {"open": "not restricted", "egress": "cut: egress policy (the door)"}.get(
+                self.network, self.network),
+            **({"door_dir": self.door_dir} if self.door_dir else {}),
             "scratch_dir": self.scratch_dir,
         }

@@ -29,7 +29,8 @@ def render(policy: Policy) -> str:
         # readable again (the last matching rule wins).
         hidden = [f"(subpath {_q(d)})" for d in policy.hidden_dirs]
         lines.append("(deny file-read* file-write*\n    " + "\n    ".join(hidden) + ")")
-        back = [f"(subpath {_q(d)})" for d in (*policy.writable_dirs, *policy.readonly_dirs)]
+        back = [f"(subpath {_q(d)})" for d in (*policy.writable_dirs, *policy.readonly_dirs,
+                                               *filter(None, (policy.door_dir,)))]
         lines.append("(allow file-read*\n    " + "\n    ".join(back) + ")")
     allows = [f"(subpath {_q(d)})" for d in policy.writable_dirs]
     allows += [f"(literal {_q(lit)})" for lit in policy.writable_literals]
@@ -42,7 +43,26 @@ def render(policy: Policy) -> str:
         # subpath matches the path itself and everything below it.
         denied = [f"(subpath {_q(p)})" for p in policy.read_denials]
         lines.append("(deny file-read* file-write*\n    " + "\n    ".join(denied) + ")")
+    if policy.network == "egress":
+        lines += _egress(policy)
     return "\n".join(lines) + "\n"
+
+
+def _egress(policy: Policy) -> list[str]:
+    """An egress run: no network but the door — its socket, and its port on
+    loopback (macOS has no network namespace: the door listens there).
+    Rendered and golden-tested only: compose refuses egress on Seatbelt
+    (``egress-uncuttable``) until this profile is measured on a Mac."""
+    import os
+
+    from saphan.egress.cut import DOOR_PORT, SOCKET_NAME
+
+    sock = os.path.join(policy.door_dir, SOCKET_NAME)
+    return [
+        "(deny network*)",
+        f"(allow network-outbound (remote unix-socket (path-literal {_q(sock)})))",
+        f'(allow network-outbound (remote ip "localhost:{DOOR_PORT}"))',
+    ]
 
 
 def argv(policy: Policy, profile_path: str) -> list[str]:

@@ -46,10 +46,12 @@ from saphan.transport import local
 
 if TYPE_CHECKING:
     from saphan.context import Context
+    from saphan.egress.cut import Cut
     from saphan.liveness import RemoteCheck
     from saphan.run.view import Escaped, View
     from saphan.tools.adapter import Adapter, CommandAdapter
     from saphan.tools.launch import Request as AgentRequest
+    from saphan.tools.permission_class import PermissionClass
     from saphan.transport.local import Finished
     from saphan.worktrees import RepoSpec
 
@@ -115,6 +117,8 @@ class LocalSite:
         #: the class's network posture as this path enforces it (confine/network.py)
         self.network = "open"
         self.network_lever: str | None = None
+        #: the run's egress cut and door (egress/cut.py), when it declares a policy
+        self.cut: Cut | None = None
         self.run_dir = Path()
         self.out_dir = Path()
 
@@ -150,12 +154,18 @@ class LocalSite:
             base["argv"] = list(command.command)
         self.adapter = adapter
         pc = adapter.instruction.permission_class
-        self.network, self.network_lever = network.posture(
-            pc.network if pc is not None else None, tool=adapter.tool,
-            mechanism=self._mechanism(adapter))
+        self.cut = _cut(self.request, pc, adapter, self._mechanism(adapter))
+        if self.cut is not None:
+            self.network, self.network_lever = "egress", self.cut.network_note()
+        else:
+            self.network, self.network_lever = network.posture(
+                pc.network if pc is not None else None, tool=adapter.tool,
+                mechanism=self._mechanism(adapter))
         from saphan.tools import auth  # the seat's credential against its endpoint
 
         target = auth.target_for(adapter)  # None for a command slot
+        if target is not None and self.cut is not None:
+            target = self.cut.auth_target(target)
         if target is not None:
             base["auth"] = auth.check(target, where=self.slot.machine)
 
@@ -222,6 +232,11 @@ class LocalSite:
             worktree=linked,
             network=self.network,
         )
+        if self.cut is not None:
+            self.cut.door_dir = str(run_dir / "door")
+            os.mkdir(self.cut.door_dir, 0o700)
+            policy = replace(policy, door_dir=self.cut.door_dir)
+            self.adapter = adapter = self.cut.adapter(adapter)
         _check_hidden_pinned(policy)
         if exclude_note is not None:
             policy = replace(policy, notes=(*policy.notes, exclude_note))
@@ -249,8 +264,9 @@ class LocalSite:
                 "writable": policy.writable_set(),
                 "notes": [*policy.notes, not_restricted(boundary.mechanism, policy.network)
                           or boundary.extra["not_restricted"]],
-                "network": ("not restricted" if policy.network != "off"
-                            else f"off: {self.network_lever}"),
+                "network": {"open": "not restricted",
+                            "off": f"off: {self.network_lever}"}.get(
+                                policy.network, str(self.network_lever)),
                 "return_path": str(out_dir),
                 "boundary_argv": boundary.prefix,
             }
@@ -267,12 +283,20 @@ class LocalSite:
         record["environment"] = {"passed": list(built.passed), "set": list(built.set)}
         self.env = adapter.environment(built.env)
         self.secret = adapter.stdin_bytes()
+        if self.cut is not None:
+            self.env = self.cut.environment(self.env)
+            record["environment"]["set"] = sorted({*record["environment"]["set"],
+                                                   *self.cut.variables()})
+            record["egress"] = self.cut.record()
+            # Last: listening before the jail starts (its bridge connects once
+            # at start), stopped by settle() whatever happens after this.
+            self.cut.start(str(run_dir / "egress.log"))
 
     def start(self, record: dict[str, Any], end: RunEnd) -> None:
         """Run it; every process of the run is gone when this returns."""
         adapter, boundary, wd = self._adapter(), self._boundary(), self.workdir
-        if self.secret is not None:
-            # This process holds the key (and maybe the operator's export of
+        if self.secret is not None or (self.cut is not None and self.cut.secrets):
+            # This process holds the key (or an egress route's secret) (and maybe the operator's export of
             # it): while the run lasts, no same-user process may read its
             # memory or environ. Restored when the run ends.
             self.was_dumpable = local.set_dumpable(False)
@@ -375,6 +399,10 @@ class LocalSite:
         worktree. A local run's row never stays live past this."""
         if self.boundary is not None:
             self.boundary.close()
+        if self.cut is not None:
+            summary = self.cut.stop()
+            if summary is not None and "egress" in record:
+                record["egress"]["door"]["summary"] = summary
         if self.was_dumpable:
             local.set_dumpable(True)
         repo = self.repo
@@ -398,6 +426,38 @@ class LocalSite:
         if self.adapter is None:
             raise RuntimeError("LocalSite.inspect() prepares the adapter before the seat")
         return self.adapter
+
+
+def _cut(request: AgentRequest | None, pc: PermissionClass | None, adapter: Adapter,
+         mechanism: str) -> Cut | None:
+    """The run's egress cut (None: it declares no policy), checked before the
+    seat: refused where it cannot be enforced, its secrets read."""
+    named = request.egress_policy if request is not None else None
+    by_class = pc.egress_policy if pc is not None else None
+    if named is not None and by_class is not None \
+            and os.path.realpath(named) != os.path.realpath(by_class):
+        raise UserError(f"--egress-policy {named} and the permission class's egress_policy "
+                        f"{by_class} differ; give one (the class's applies without the option)")
+    path = named or by_class
+    if path is None:
+        return None
+    from saphan.egress import cut, policy
+
+    cut.refuse_unless_cuttable(tool=adapter.tool, mechanism=mechanism, where="local")
+    made = cut.Cut(policy.load(path), tool=adapter.tool,
+                   routes_only=pc is not None and pc.network == "off")
+    if made.routes_only and adapter.tool in ("claude", "loop") and made.route is None:
+        raise refusals.network_posture_unenforceable(
+            f"the permission class says `network: off`, so the door of egress policy {path} "
+            f"serves only its credential routes, and none serves the {adapter.tool} agent: it "
+            "could not reach its model endpoint",
+            f'add a route with "tool": "{adapter.tool}" to the policy (`saphan egress check '
+            f'{path}`), or say `"network": "open"` in the class (the door then also answers '
+            "the policy's allow-list)",
+        )
+    made.check_route(adapter)
+    made.read_secrets(os.environ)
+    return made
 
 
 def _command_adapter(request: AgentRequest | None, command: list[str], wd: str,

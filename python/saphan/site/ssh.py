@@ -140,6 +140,7 @@ class SshSite:
         from saphan.site import far as far_side
 
         base["transport"] = {"kind": "ssh", "address": self.machine.address()}
+        self._no_egress_policy()
         self.root = far_side.install_dir(self.ctx.record_key())
         if self.slot.tool in AGENT_TOOLS:
             self._inspect_agent(base)
@@ -156,6 +157,23 @@ class SshSite:
 
             # The far machine resolved the working directory: held to the scope again.
             check_scope(pc, far.pf.get("workdir") or self.workdir, far=True)
+
+    def _no_egress_policy(self) -> None:
+        """A run here that declares an egress policy (by option, or by its
+        permission class) is refused: the launcher has no network lever."""
+        request, pc = self.request, self.permission
+        declared = request.egress_policy if request is not None else None
+        if declared is None and pc is None and request is not None \
+                and request.permission_class is not None:
+            from saphan.tools import permission_class
+
+            pc = permission_class.load(request.permission_class)
+        declared = declared or (pc.egress_policy if pc is not None else None)
+        if declared is not None:
+            from saphan.egress.cut import refuse_unless_cuttable
+
+            refuse_unless_cuttable(tool=self.slot.tool, mechanism="ssh",
+                                   where=f"SSH machine {self.machine.name}")
 
     def _inspect_agent(self, base: dict[str, Any]) -> None:
         """An agent slot: its far binary (never looked up on the far PATH),

@@ -42,6 +42,8 @@ class Request:
     lane: str | None = None
     max_turns: int | None = None
     max_seconds: int | None = None
+    #: an egress policy file (egress/policy.py): the run is cut, its door the way out
+    egress_policy: str | None = None
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,9 @@ The versions:
        saphan.confine.protected.NAMES (``.vscode``, ``.envrc``, ...) a run
        may change — not bound read-only in the jail, and imported from the
        run's commits. Versions 1 and 2 allow none.
+    4  version 3's fields and egress_policy: the absolute path of an egress
+       policy file (egress/policy.py) every run under the class carries, as
+       if `saphan run --egress-policy` named it.
 
 A class never widens a boundary: ``write_scope`` only narrows where a run
 may work (the working directory must lie inside it), the writable set stays
@@ -57,6 +60,8 @@ FIELDS: dict[int, frozenset[str]] = {
                   "permission_mode"}),
     3: frozenset({"schema", "name", "allowed_commands", "write_scope", "network", "credentials",
                   "permission_mode", "writable_protected"}),
+    4: frozenset({"schema", "name", "allowed_commands", "write_scope", "network", "credentials",
+                  "permission_mode", "writable_protected", "egress_policy"}),
 }
 ACCEPTED: tuple[int, ...] = tuple(sorted(FIELDS))
 NETWORK_POSTURES = ("off", "open")
@@ -79,6 +84,8 @@ class PermissionClass:
     source: str = ""
     #: protected entries (confine/protected.py) a run may change; schema 3 only
     writable_protected: tuple[str, ...] = ()
+    #: an egress policy file every run under the class carries; schema 4 only
+    egress_policy: str | None = None
 
     def allows(self, command: str) -> bool:
         """Exact token on the base name: ``/usr/bin/git`` is ``git``; ``gitk``,
@@ -96,6 +103,7 @@ class PermissionClass:
             "network": self.network, "credentials": list(self.credentials),
             "permission_mode": self.permission_mode,
             "writable_protected": list(self.writable_protected),
+            "egress_policy": self.egress_policy,
         }
 
 
@@ -198,7 +206,13 @@ def parse(data: object, *, source: str = "<memory>") -> PermissionClass:
         if w not in protected.NAMES:
             raise _invalid(source, f"writable_protected entry {w!r} is not a protected name; "
                                    f"protected: {', '.join(protected.NAMES)}")
+    egress = data.get("egress_policy")
+    if egress is not None and (not isinstance(egress, str) or not os.path.isabs(egress)
+                               or "\x00" in egress):
+        raise _invalid(source, "`egress_policy` must be the absolute path of an egress policy "
+                               "file (`saphan egress check FILE`)")
     return PermissionClass(
+        egress_policy=egress,
         schema=schema, name=name, commands=tuple(dict.fromkeys(commands)),
         write_scope=tuple(dict.fromkeys(os.path.normpath(p) for p in scope)),
         network=str(network), credentials=credentials,
@@ -245,4 +259,5 @@ def describe(pc: PermissionClass) -> list[str]:
         "credentials (minted at launch, by name): " + (", ".join(pc.credentials) or "none"),
         f"permission mode (Claude Code, policy not boundary): {pc.permission_mode or 'default'}",
         "protected entries a run may change: " + (", ".join(pc.writable_protected) or "none"),
+        "egress policy (every run carries it): " + (pc.egress_policy or "none"),
     ]

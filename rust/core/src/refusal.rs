@@ -26,6 +26,7 @@ pub enum RefusalClass {
     SeatFull,
     EgressUncuttable,
     EgressUnsupportedLane,
+    EgressUnsupportedTool,
     RecordSignatureInvalid,
     ContainerIneligible,
     DigestMismatch,
@@ -47,7 +48,7 @@ pub enum RefusalClass {
 
 impl RefusalClass {
     /// Every class, in the table's order.
-    pub const ALL: [RefusalClass; 29] = [
+    pub const ALL: [RefusalClass; 30] = [
         RefusalClass::ConfinementUnavailable,
         RefusalClass::ConfinementSettingInvalid,
         RefusalClass::LandlockUnprobed,
@@ -60,6 +61,7 @@ impl RefusalClass {
         RefusalClass::SeatFull,
         RefusalClass::EgressUncuttable,
         RefusalClass::EgressUnsupportedLane,
+        RefusalClass::EgressUnsupportedTool,
         RefusalClass::RecordSignatureInvalid,
         RefusalClass::ContainerIneligible,
         RefusalClass::DigestMismatch,
@@ -94,6 +96,7 @@ impl RefusalClass {
             RefusalClass::SeatFull => "seat-full",
             RefusalClass::EgressUncuttable => "egress-uncuttable",
             RefusalClass::EgressUnsupportedLane => "egress-unsupported-lane",
+            RefusalClass::EgressUnsupportedTool => "egress-unsupported-tool",
             RefusalClass::RecordSignatureInvalid => "record-signature-invalid",
             RefusalClass::ContainerIneligible => "container-ineligible",
             RefusalClass::DigestMismatch => "digest-mismatch",
