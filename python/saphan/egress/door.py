@@ -1,0 +1,787 @@
+"""The door: a cut run's one way out, a small proxy on a unix socket.
+
+The jail of a cut run holds only loopback; its bridge exposes this socket as
+``127.0.0.1:PORT`` and the proxy variables name it with the run's token. The
+door runs in this (the unconfined) process, on an event loop of its own in a
+daemon thread, so the caller's synchronous code keeps running. It serves:
+
+- ``CONNECT host:port`` (the HTTPS path): the token in Proxy-Authorization,
+  the host and port on the allow-list, and every address the name resolves
+  to passing :func:`denied_address`; then bytes are spliced both ways to the
+  checked address (TLS stays end to end; the door never looks inside).
+- Credential routes (plain HTTP, ``/<route>/rest``): the credential header
+  must carry the run's placeholder; the door forwards to the route's
+  upstream with the real secret in its place and relays the answer raw.
+
+Every request appends one JSON line to the audit log (never the token, the
+placeholder or a secret), and :meth:`Door.stop` returns a summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hmac
+import ipaddress
+import json
+import os
+import re
+import socket
+import ssl
+import stat
+import threading
+from dataclasses import dataclass
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+from saphan.timefmt import now_iso
+
+#: the longest request head read (request line and headers)
+HEAD_MAX = 64 * 1024
+#: how long a client may take to send its request head
+HEAD_TIMEOUT = 30.0
+#: how long resolving a name and connecting upstream may take (each)
+UPSTREAM_TIMEOUT = 30.0
+#: one splice read (with drain() backpressure on the other side)
+CHUNK = 256 * 1024
+#: connections served at once; more are closed at once
+MAX_CONNECTIONS = 512
+#: how long stop() waits for connections to end and the thread to join
+STOP_WAIT = 10.0
+#: the longest host, route or reason kept in the audit log (hostile input)
+FIELD_MAX = 255
+#: the most hosts listed in the summary (each list)
+LIST_MAX = 50
+
+_ROUTE_NAME = re.compile(r"[a-z0-9-]+\Z")
+#: RFC 9110 token characters (methods and header names)
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
+#: what a host name may hold before it reaches the resolver
+_HOST_NAME = re.compile(r"[A-Za-z0-9_.-]{1,253}\Z")
+_VERSION = re.compile(r"HTTP/1\.[01]\Z")
+#: the hop-by-hop headers a route request loses (Connection is forced)
+_DROPPED = frozenset({"host", "proxy-authorization", "proxy-connection", "connection",
+                      "keep-alive"})
+_PHRASES = {200: "Connection established", 400: "Bad Request",
+            403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
+            407: "Proxy Authentication Required", 408: "Request Timeout",
+            431: "Request Header Fields Too Large", 502: "Bad Gateway",
+            503: "Service Unavailable", 504: "Gateway Timeout",
+            505: "HTTP Version Not Supported"}
+
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+#: cloud instance metadata services (AWS's IPv4 one is link-local too)
+_METADATA = frozenset({"169.254.169.254", "fd00:ec2::254", "100.100.100.200", "168.63.129.16"})
+_V4_DENIED = (
+    ("0.0.0.0/8", "unspecified address"),
+    ("127.0.0.0/8", "loopback address"),
+    ("169.254.0.0/16", "link-local address"),
+    ("224.0.0.0/4", "multicast address"),
+    ("255.255.255.255/32", "broadcast address"),
+)
+_V6_DENIED = (
+    ("::/128", "unspecified address"),
+    ("::1/128", "loopback address"),
+    ("fe80::/10", "link-local address"),
+    ("ff00::/8", "multicast address"),
+)
+#: IPv6 prefixes whose last 32 bits name an IPv4 address (NAT64 well-known,
+#: SIIT's IPv4-translated); mapped and compat forms are handled apart
+_V6_EMBEDDING = ("64:ff9b::/96", "::ffff:0:0:0/96")
+
+
+def denied_address(ip: str) -> str | None:
+    """Why the door never connects to ``ip``, whatever the allow-list says
+    (None: not denied). IPv6 forms embedding an IPv4 address are judged by
+    that address too: ``::ffff:127.0.0.1`` reaches loopback."""
+    try:
+        addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return "not an IP address"
+    reason = _own_reason(addr)
+    if reason is not None or not isinstance(addr, ipaddress.IPv6Address):
+        return reason
+    inner = _embedded_v4(addr)
+    if inner is None:
+        return None
+    reason = _own_reason(inner)
+    return None if reason is None else f"{reason} ({inner} in IPv6 form)"
+
+
+def _own_reason(addr: _Address) -> str | None:
+    if str(addr) in _METADATA:
+        return "cloud metadata address"
+    rules = _V4_DENIED if isinstance(addr, ipaddress.IPv4Address) else _V6_DENIED
+    for net, reason in rules:
+        if addr in ipaddress.ip_network(net):
+            return reason
+    return None
+
+
+def _embedded_v4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    if addr.sixtofour is not None:
+        return addr.sixtofour
+    value = int(addr)
+    # IPv4-compatible (::a.b.c.d, deprecated but still parsed by some stacks)
+    if value >> 32 == 0 or any(addr in ipaddress.ip_network(n) for n in _V6_EMBEDDING):
+        return ipaddress.IPv4Address(value & 0xFFFFFFFF)
+    return None
+
+
+@dataclass(frozen=True)
+class Allow:
+    """One allow-list entry: an exact host name, an IP literal, or
+    ``*.suffix`` (any name ending ``.suffix``, not ``suffix`` itself)."""
+
+    host: str
+    ports: tuple[int, ...]
+
+    def matches(self, host: str, port: int) -> bool:
+        if port not in self.ports:
+            return False
+        mine, theirs = _norm_host(self.host), _norm_host(host)
+        if mine.startswith("*."):
+            return _ip(theirs) is None and theirs.endswith(mine[1:])
+        a, b = _ip(mine), _ip(theirs)
+        if a is not None or b is not None:
+            return a == b
+        return mine == theirs
+
+
+@dataclass(frozen=True)
+class Route:
+    """A credential route, served at ``/<name>/...``."""
+
+    name: str
+    upstream: str
+    header: str
+    prefix: str
+    secret: str
+
+
+def _norm_host(host: str) -> str:
+    return host.lower().removesuffix(".")
+
+
+def _ip(host: str) -> _Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class _Upstream:
+    """A route's upstream, parsed once."""
+
+    tls: bool
+    host: str
+    port: int
+    #: what the Host header says (the port only when the URL names one)
+    authority: str
+    #: the base path, no trailing slash
+    base: str
+
+
+def _parse_upstream(url: str) -> _Upstream:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query \
+            or parts.fragment or parts.username is not None:
+        raise ValueError("a route's upstream is http:// or https://host[:port][/base/path]")
+    tls = parts.scheme == "https"
+    port = parts.port or (443 if tls else 80)
+    host = parts.hostname
+    shown = f"[{host}]" if ":" in host else host
+    authority = shown if parts.port is None else f"{shown}:{parts.port}"
+    return _Upstream(tls, host, port, authority, parts.path.rstrip("/"))
+
+
+class _BadRequest(Exception):
+    """A request the door answers with ``status`` (reason: for the audit)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class _Head:
+    method: str
+    target: str
+    version: str
+    headers: list[tuple[str, str]]
+
+    def values(self, name: str) -> list[str]:
+        return [v for k, v in self.headers if k.lower() == name]
+
+
+def _parse_head(raw: bytes) -> _Head:
+    lines = raw[:-4].decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not _TOKEN.match(parts[0]) or not parts[1]:
+        raise _BadRequest(400, "malformed request line")
+    if not _VERSION.match(parts[2]):
+        raise _BadRequest(505, "unsupported HTTP version")
+    headers = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        # bare CR/LF or folded lines are how requests get smuggled: refused
+        if not sep or not _TOKEN.match(name) or "\r" in line or "\n" in line:
+            raise _BadRequest(400, "malformed header line")
+        headers.append((name, value.strip(" \t")))
+    return _Head(parts[0], parts[1], parts[2], headers)
+
+
+async def _read_head(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """The request head (through its blank line) and whatever followed it
+    in the same reads (forwarded first when splicing)."""
+    buf = bytearray()
+    while True:
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            if end + 4 > HEAD_MAX:
+                break
+            return bytes(buf[:end + 4]), bytes(buf[end + 4:])
+        if len(buf) > HEAD_MAX:
+            break
+        chunk = await reader.read(HEAD_MAX)
+        if not chunk:
+            raise asyncio.IncompleteReadError(bytes(buf), None)
+        buf += chunk
+    raise _BadRequest(431, "request head over 64 KiB")
+
+
+def _split_authority(text: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` (CONNECT's target)."""
+    if text.startswith("["):
+        end = text.find("]")
+        host, port = text[1:end], text[end + 2:]
+        if end < 0 or text[end + 1:end + 2] != ":" \
+                or not isinstance(_ip(host), ipaddress.IPv6Address):
+            raise _BadRequest(400, "malformed CONNECT target")
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep or ":" in host or not _HOST_NAME.match(host):
+            raise _BadRequest(400, "malformed CONNECT target")
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536):
+        raise _BadRequest(400, "malformed CONNECT target")
+    return host, int(port)
+
+
+def _authorized(values: list[str], token: str) -> bool:
+    """One Proxy-Authorization: ``Basic base64(any:<token>)`` or ``Bearer <token>``."""
+    if len(values) != 1:
+        return False
+    scheme, _, cred = values[0].partition(" ")
+    cred = cred.strip()
+    if scheme.lower() == "bearer":
+        return hmac.compare_digest(cred.encode("latin-1"), token.encode())
+    if scheme.lower() != "basic":
+        return False
+    try:
+        decoded = base64.b64decode(cred, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    _, sep, password = decoded.partition(b":")
+    return bool(sep) and hmac.compare_digest(password, token.encode())
+
+
+def _route_target(target: str) -> tuple[str | None, str]:
+    """The host named (None: origin-form) and the path (and query) of a route
+    request's target; absolute-form is accepted only naming the door itself
+    (it is no plain-HTTP forward proxy)."""
+    if target.startswith("/"):
+        return None, target
+    scheme, sep, rest = target.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        raise _BadRequest(400, "malformed request target")
+    authority, slash, path = rest.partition("/")
+    host = authority.rsplit("@", 1)[-1]
+    host = host[1:host.find("]")] if host.startswith("[") else host.partition(":")[0]
+    if scheme.lower() != "http" or _norm_host(host) not in ("127.0.0.1", "localhost"):
+        raise _BadRequest(403, f"plain HTTP goes only to the door's routes, not {host}")
+    return _norm_host(host), slash + path
+
+
+def _split_route(path: str) -> tuple[str, str]:
+    """``/<route>/rest?query`` -> (route, ``/rest?query``)."""
+    path_only, q, query = path.partition("?")
+    name, slash, rest = path_only[1:].partition("/")
+    segments = rest.split("/")
+    lowered = [s.lower().replace("%2e", ".") for s in segments]
+    # the route's base path is the upstream's: no climbing out of it
+    if "." in lowered or ".." in lowered:
+        raise _BadRequest(400, "dot segments in a route path")
+    return name, slash + rest + q + query
+
+
+def _response(status: int, reason: str, extra: str = "") -> bytes:
+    body = f"saphan door: {reason}\n".encode("latin-1", "replace")
+    return (f"HTTP/1.1 {status} {_PHRASES.get(status, 'Error')}\r\n{extra}"
+            f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode("latin-1") + body
+
+
+@dataclass
+class _Record:
+    """One request's audit line, filled as it is served."""
+
+    kind: str = "other"
+    host: str | None = None
+    port: int | None = None
+    route: str | None = None
+    verdict: str = "denied"
+    reason: str | None = None
+    status: int | None = None
+    up: int = 0
+    down: int = 0
+    written: bool = False
+
+
+class _Denied(Exception):
+    """The request is refused: answered with ``status``, audited denied."""
+
+    def __init__(self, status: int, reason: str, extra: str = "", *,
+                 verdict: str = "denied") -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.extra = extra
+        #: "allowed" when the policy let the request through but its upstream
+        #: could not be reached (answered 502 all the same)
+        self.verdict = verdict
+
+
+class Door:
+    """A run's door: start() binds its socket and serves on a thread of its
+    own; stop() ends it and returns the summary."""
+
+    def __init__(self, socket_path: str, *, token: str, placeholder: str,
+                 allow: tuple[Allow, ...], routes: tuple[Route, ...], audit_path: str) -> None:
+        if not token or not placeholder:
+            raise ValueError("the door needs a token and a placeholder")
+        for r in routes:
+            if not _ROUTE_NAME.match(r.name) or not _TOKEN.match(r.header):
+                raise ValueError(f"bad route name or header: {r.name!r}")
+        self.socket_path = socket_path
+        self.audit_path = audit_path
+        self._token = token
+        self._placeholder = placeholder
+        self._allow = allow
+        self._routes = {r.name: (r, _parse_upstream(r.upstream)) for r in routes}
+        # never in the audit log, whatever a hostile client puts in a host name
+        self._scrub = tuple(s for s in (token, placeholder, *(r.secret for r in routes)) if s)
+        self._tls: ssl.SSLContext | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._stopping: asyncio.Event | None = None
+        self._active: set[asyncio.Task[None]] = set()
+        self._audit_file: IO[str] | None = None
+        self._sock_ino: tuple[int, int] | None = None
+        self._summary: dict[str, Any] | None = None
+        self._counts = {"requests": 0, "allowed": 0, "denied": 0, "bytes_up": 0, "bytes_down": 0}
+        self._hosts: set[str] = set()
+        self._denied_hosts: set[str] = set()
+
+    # -- lifecycle (caller's thread) ------------------------------------------
+
+    def start(self) -> None:
+        """Bind the socket (0600), start the thread; return once it accepts."""
+        if self._thread is not None:
+            raise RuntimeError("the door was started already")
+        sock = self._bind()
+        try:
+            self._audit_file = open(self.audit_path, "a", encoding="utf-8",  # noqa: SIM115
+                                    opener=lambda p, f: os.open(p, f, 0o600))
+        except OSError:
+            self._unlink(sock)
+            raise
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, args=(sock,), name="saphan-door",
+                                        daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._failure is not None:
+            self._thread.join(STOP_WAIT)
+            self._close_audit()
+            raise OSError(f"the door did not start: {self._failure}") from self._failure
+
+    def stop(self) -> dict[str, Any]:
+        """Close the listener and every connection, join the thread (bounded),
+        return the summary. Idempotent."""
+        if self._summary is not None:
+            return self._summary
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # the loop ended on its own
+                loop.call_soon_threadsafe(self._signal_stop)
+            thread.join(STOP_WAIT)
+        self._close_audit()
+        self._summary = self._summarize()
+        return self._summary
+
+    def _bind(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(self.socket_path)
+            # before listen(): nobody can connect until the mode is 0600
+            os.chmod(self.socket_path, 0o600)
+            st = os.stat(self.socket_path)
+            self._sock_ino = (st.st_dev, st.st_ino)
+            sock.setblocking(False)
+        except OSError:
+            self._unlink(sock)
+            raise
+        return sock
+
+    def _unlink(self, sock: socket.socket) -> None:
+        """Close ``sock`` and remove its file, if the file is still ours."""
+        sock.close()
+        with contextlib.suppress(OSError):
+            st = os.lstat(self.socket_path)
+            if stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == self._sock_ino:
+                os.unlink(self.socket_path)
+
+    def _close_audit(self) -> None:
+        if self._audit_file is not None:
+            self._audit_file.close()
+            self._audit_file = None
+
+    def _summarize(self) -> dict[str, Any]:
+        return {**self._counts,
+                "hosts": sorted(self._hosts)[:LIST_MAX],
+                "denied_hosts": sorted(self._denied_hosts)[:LIST_MAX],
+                "audit_log": self.audit_path}
+
+    # -- the loop's thread ----------------------------------------------------
+
+    def _run(self, sock: socket.socket) -> None:
+        loop = self._loop
+        assert loop is not None
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._serve(sock))
+        except BaseException as e:  # reported to start(), or the door just ends
+            self._failure = e
+        finally:
+            self._ready.set()
+            self._unlink(sock)
+            # getaddrinfo's worker threads (a resolver hung past its timeout is left behind)
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(
+                    asyncio.wait_for(loop.shutdown_default_executor(), STOP_WAIT / 4))
+            loop.close()
+
+    async def _serve(self, sock: socket.socket) -> None:
+        self._stopping = asyncio.Event()
+        server = await asyncio.start_unix_server(self._accept, sock=sock, limit=CHUNK)
+        self._ready.set()
+        await self._stopping.wait()
+        server.close()
+        # every connection's task (and any accepted meanwhile) ends: each
+        # aborts its sockets and audits what it served
+        for _ in range(3):
+            tasks = asyncio.all_tasks() - {asyncio.current_task()}
+            if not tasks:
+                break
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks, timeout=STOP_WAIT / 4)
+        # aborted transports close their sockets in callbacks of the next turns
+        for _ in range(2):
+            await asyncio.sleep(0)
+
+    def _signal_stop(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self._active) >= MAX_CONNECTIONS:
+            # refused without reading anything: answered, audited, closed at once
+            writer.write(_response(503, "too many connections"))
+            writer.close()
+            self._audit(_Record(reason="too many connections", status=503))
+            return
+        self._active.add(task)
+        rec = _Record()
+        upstream: list[asyncio.StreamWriter] = []
+        try:
+            await self._handle(reader, writer, rec, upstream)
+        except _Denied as e:
+            rec.verdict, rec.reason, rec.status = e.verdict, e.reason, e.status
+            self._audit(rec)
+            await self._answer(writer, _response(e.status, e.reason, e.extra))
+        except asyncio.CancelledError:
+            # the door is stopping: this task is the connection's own, ended
+            # here; a connection that had not yet made a request is not one
+            if rec.kind != "other" or rec.status is not None:
+                rec.reason = rec.reason or "the door stopped"
+        except (OSError, asyncio.IncompleteReadError) as e:
+            # a client (or upstream) that went away mid-way is just counted
+            rec.reason = rec.reason or f"connection lost: {type(e).__name__}"
+        except Exception as e:  # one bad connection never stops the door
+            rec.reason = f"door error: {type(e).__name__}"
+        finally:
+            self._active.discard(task)
+            if rec.status is not None or rec.reason is not None:
+                self._audit(rec)
+            await self._close((*upstream, writer))
+
+    async def _close(self, writers: tuple[asyncio.StreamWriter, ...]) -> None:
+        """Flush what is still buffered and close; at once when stopping, or
+        when a peer does not take the rest within seconds."""
+        if self._stopping is None or not self._stopping.is_set():
+            for w in writers:
+                w.close()
+            try:
+                async with asyncio.timeout(5):
+                    for w in writers:
+                        await w.wait_closed()
+                return
+            except (asyncio.CancelledError, OSError, TimeoutError, ssl.SSLError):
+                pass  # stopped meanwhile (this is the connection's own task), or stuck
+        for w in writers:
+            w.transport.abort()
+
+    async def _answer(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        with contextlib.suppress(OSError, TimeoutError):
+            writer.write(data)
+            async with asyncio.timeout(5):
+                await writer.drain()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      rec: _Record, upstream: list[asyncio.StreamWriter]) -> None:
+        try:
+            async with asyncio.timeout(HEAD_TIMEOUT):
+                raw, rest = await _read_head(reader)
+            head = _parse_head(raw)
+        except TimeoutError:
+            raise _Denied(408, "no request head within 30 s") from None
+        except asyncio.IncompleteReadError as e:
+            if e.partial:
+                rec.reason = "client closed before a whole request head"
+            return
+        except _BadRequest as e:
+            raise _Denied(e.status, e.reason) from None
+        if head.method.upper() == "CONNECT":
+            await self._connect(head, rest, reader, writer, rec, upstream)
+        else:
+            await self._route(head, rest, reader, writer, rec, upstream)
+
+    # -- CONNECT ----------------------------------------------------------------
+
+    async def _connect(self, head: _Head, rest: bytes, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter, rec: _Record,
+                       upstream: list[asyncio.StreamWriter]) -> None:
+        rec.kind = "connect"
+        try:
+            host, port = _split_authority(head.target)
+        except _BadRequest as e:
+            rec.host = head.target
+            if not _authorized(head.values("proxy-authorization"), self._token):
+                raise self._auth_denied() from None
+            raise _Denied(e.status, e.reason) from None
+        rec.host, rec.port = _norm_host(host), port
+        if not _authorized(head.values("proxy-authorization"), self._token):
+            raise self._auth_denied()
+        if not any(a.matches(host, port) for a in self._allow):
+            raise _Denied(403, "host and port not on the egress allow-list")
+        addresses = await self._resolve(rec.host, port, denied_status=403)
+        up_reader, up_writer = await self._dial(addresses, port)
+        upstream.append(up_writer)
+        rec.verdict, rec.status = "allowed", 200
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        await self._splice(reader, writer, up_reader, up_writer, rec, rest, route=False)
+
+    def _auth_denied(self) -> _Denied:
+        return _Denied(407, "missing or wrong proxy token",
+                       'Proxy-Authenticate: Basic realm="saphan"\r\n')
+
+    async def _resolve(self, host: str, port: int, *, denied_status: int) -> list[str]:
+        """Every address ``host`` names, each passing :func:`denied_address`
+        (a name resolving to a mix is refused whole: rebinding); else the
+        request is refused with ``denied_status``."""
+        if _ip(host) is not None:
+            addresses = [host]
+        else:
+            loop = asyncio.get_running_loop()
+            try:
+                async with asyncio.timeout(UPSTREAM_TIMEOUT):
+                    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                   proto=socket.IPPROTO_TCP)
+            except (OSError, TimeoutError) as e:
+                raise _Denied(502, f"cannot resolve: {type(e).__name__}",
+                              verdict="allowed") from None
+            addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        for address in addresses:
+            reason = denied_address(address)
+            if reason is not None:
+                raise _Denied(denied_status, f"{host} resolves to a denied {reason}: {address}")
+        if not addresses:
+            raise _Denied(502, "the name resolves to nothing", verdict="allowed")
+        return addresses
+
+    async def _dial(self, addresses: list[str], port: int, *,
+                    tls: ssl.SSLContext | None = None, server_hostname: str | None = None,
+                    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Connect to the first checked address that answers (never re-resolving)."""
+        failure = "no address"
+        for address in addresses:
+            try:
+                async with asyncio.timeout(UPSTREAM_TIMEOUT):
+                    return await asyncio.open_connection(
+                        address, port, limit=CHUNK, ssl=tls, server_hostname=server_hostname)
+            except (OSError, TimeoutError, ssl.SSLError) as e:
+                failure = type(e).__name__
+        # the policy let it through; the upstream failed
+        raise _Denied(502, f"upstream unreachable: {failure}", verdict="allowed")
+
+    # -- credential routes -------------------------------------------------------
+
+    async def _route(self, head: _Head, rest: bytes, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter, rec: _Record,
+                     upstream: list[asyncio.StreamWriter]) -> None:
+        try:
+            host, target = _route_target(head.target)
+            rec.host = host
+            name, path = _split_route(target)
+        except _BadRequest as e:
+            raise _Denied(e.status, e.reason) from None
+        rec.kind, rec.route = "route", name
+        found = self._routes.get(name)
+        if found is None:
+            raise _Denied(404, "no such route")
+        route, up = found
+        rec.host, rec.port = up.host, up.port
+        values = head.values(route.header.lower())
+        expected = (route.prefix + self._placeholder).encode()
+        if len(values) != 1 or not hmac.compare_digest(values[0].encode("latin-1"), expected):
+            raise _Denied(403, f"the route's {route.header} header does not hold the placeholder")
+        addresses = await self._resolve(up.host, up.port, denied_status=502)
+        if up.tls and self._tls is None:
+            self._tls = ssl.create_default_context()
+        up_reader, up_writer = await self._dial(
+            addresses, up.port, tls=self._tls if up.tls else None,
+            server_hostname=up.host if up.tls else None)
+        upstream.append(up_writer)
+        rec.verdict = "allowed"
+        first = self._forward_head(head, route, up, path) + rest
+        await self._splice(reader, writer, up_reader, up_writer, rec, first, route=True)
+        if rec.down == 0:
+            rec.reason = "the upstream closed without an answer"
+            rec.status = 502
+            await self._answer(writer, _response(502, rec.reason))
+
+    def _forward_head(self, head: _Head, route: Route, up: _Upstream, path: str) -> bytes:
+        target = (up.base + path) or "/"
+        if not target.startswith("/"):
+            target = "/" + target
+        lines = [f"{head.method} {target} {head.version}", f"Host: {up.authority}"]
+        for k, v in head.headers:
+            low = k.lower()
+            if low == route.header.lower():
+                lines.append(f"{k}: {route.prefix}{route.secret}")
+            elif low not in _DROPPED:
+                lines.append(f"{k}: {v}")
+        lines.append("Connection: close")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    # -- splicing ----------------------------------------------------------------
+
+    async def _splice(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter,
+                      rec: _Record, first: bytes, *, route: bool) -> None:
+        """Bytes both ways, half-closes passed on; done when both ways end
+        (CONNECT) or when the upstream's answer ends (a route: the upstream
+        was told Connection: close)."""
+        for w in (writer, up_writer):
+            # drain() waits below this much buffered: room for whole reads
+            w.transport.set_write_buffer_limits(high=4 * CHUNK, low=CHUNK)
+        up = asyncio.create_task(_pump(reader, up_writer, first, rec, "up"))
+        down = asyncio.create_task(_pump(up_reader, writer, b"", rec, "down"))
+        pending: set[asyncio.Task[None]] = {up, down}
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if any(t.exception() is not None for t in done) or (route and down in done):
+                    break
+        finally:
+            for t in (up, down):
+                t.cancel()
+            await asyncio.gather(up, down, return_exceptions=True)
+
+    # -- audit --------------------------------------------------------------------
+
+    def _audit(self, rec: _Record) -> None:
+        if rec.written:
+            return
+        rec.written = True
+        host = self._clean(rec.host)
+        line = {"time": now_iso(), "kind": rec.kind, "host": host, "port": rec.port,
+                "route": self._clean(rec.route), "verdict": rec.verdict,
+                "reason": self._clean(rec.reason), "status": rec.status,
+                "up": rec.up, "down": rec.down}
+        self._count(line)
+        if self._audit_file is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._audit_file.write(json.dumps(line) + "\n")
+                self._audit_file.flush()
+
+    def _count(self, line: dict[str, Any]) -> None:
+        c = self._counts
+        c["requests"] += 1
+        c[line["verdict"]] += 1
+        c["bytes_up"] += line["up"]
+        c["bytes_down"] += line["down"]
+        if line["host"] is not None:
+            host = line["host"]
+            shown = f"[{host}]" if ":" in host and _ip(host) is not None else host
+            where = shown if line["port"] is None else f"{shown}:{line['port']}"
+            (self._hosts if line["verdict"] == "allowed" else self._denied_hosts).add(where)
+
+    def _clean(self, text: str | None) -> str | None:
+        if text is None:
+            return None
+        for s in self._scrub:
+            text = text.replace(s, "[redacted]")
+        return text[:FIELD_MAX]
+
+
+def _status_line(data: bytes) -> int | None:
+    """The status an upstream's answer starts with (what the client got)."""
+    m = re.match(rb"HTTP/\d(?:\.\d)? (\d{3})", data)
+    return int(m.group(1)) if m else None
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: bytes,
+                rec: _Record, way: str) -> None:
+    """One way of a splice: reads of CHUNK, drain() for backpressure, the
+    end passed on as a half-close where the transport can."""
+    data = first
+    while True:
+        if data:
+            writer.write(data)
+            if way == "up":
+                rec.up += len(data)
+            else:
+                if rec.status is None:  # a route: the upstream's answer is what was sent
+                    rec.status = _status_line(data)
+                rec.down += len(data)
+            await writer.drain()
+        data = await reader.read(CHUNK)
+        if not data:
+            break
+    if writer.can_write_eof():
+        with contextlib.suppress(OSError):
+            writer.write_eof()
