@@ -20,7 +20,7 @@ import pytest
 from conftest import Result, Saphan
 
 VERBS = {
-    "": ["config", "db", "doctor", "init", "lane", "launcher", "machine", "policy", "run",
+    "": ["config", "db", "doctor", "egress", "init", "lane", "launcher", "machine", "policy", "run",
          "runs", "slot", "worktrees"],
     "config": ["check", "show"],
     "machine": ["add", "deliver", "list", "probe-confinement", "remove", "show"],
@@ -29,6 +29,7 @@ VERBS = {
     "lane": ["add", "check", "list", "remove"],
     "db": ["migrate"],
     "policy": ["check"],
+    "egress": ["check"],
     "launcher": ["path"],
     "worktrees": ["prune"],
 }
@@ -236,7 +237,7 @@ def test_policy_check_json_is_the_class_as_recorded(home: Path, tmp_path: Path) 
     got = _canonical(Saphan(home).ok("policy", "check", str(path), "--json"))
     assert got == {"source": str(path), "schema": 2, "name": "plan", "commands": ["git"],
                    "write_scope": [], "network": "open", "credentials": ["GH_TOKEN"],
-                   "permission_mode": None, "writable_protected": []}
+                   "permission_mode": None, "writable_protected": [], "egress_policy": None}
     text = Saphan(home).ok("policy", "check", str(path)).out.splitlines()
     assert text[0] == f"permission class plan: schema 2 ({path})"
     assert "commands (exact base name): git" in text

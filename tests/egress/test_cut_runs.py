@@ -10,6 +10,7 @@ address of its own."""
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Saphan
+from conftest import Result, Saphan, saphan_exe
 
 pytestmark = pytest.mark.usefixtures("bwrap_available")
 
@@ -193,6 +194,29 @@ def test_a_landlock_run_with_a_policy_is_refused_before_its_seat(
     assert "Landlock" in rec["refusal"]["message"]
     shown = s.ok("runs", "list", "--json").json()
     assert shown[0]["outcome"] == "refused"
+
+
+@pytest.mark.usefixtures("bwrap_available")
+def test_a_host_without_network_namespaces_refuses_the_run_uncuttable(
+        saphan_sqlite: Saphan, tmp_path: Path) -> None:
+    """user.max_net_namespaces=0 (in a user namespace of the test's own):
+    bubblewrap still makes a sandbox but not one with a network of its own,
+    so the run is refused egress-uncuttable — never started open."""
+    s = saphan_sqlite
+    _local(s)
+    pol = _policy(tmp_path, [])
+    marker = tmp_path / "ran"
+    script = "echo 0 > /proc/sys/user/max_net_namespaces && exec \"$0\" \"$@\""
+    p = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c", script,
+                        saphan_exe(), "run", "--machine", "here", "--slot", "s1",
+                        "--workdir", str(tmp_path), "--egress-policy", pol, "--json", "--",
+                        "touch", str(marker)],
+                       capture_output=True, text=True, env=s.env(), timeout=120,
+                       stdin=subprocess.DEVNULL)
+    rec = _refused(Result(p.returncode, p.stdout, p.stderr), "egress-uncuttable")
+    assert "--unshare-net" in rec["refusal"]["message"]
+    assert "max_net_namespaces" in rec["refusal"]["remediation"]
+    assert not marker.exists()
 
 
 def test_a_class_naming_a_policy_cuts_the_run(saphan_sqlite: Saphan, upstream_addr: str,

@@ -235,9 +235,9 @@ def bridge_args(policy: Policy) -> list[str]:
     jail's loopback and carries each connection to the door's socket."""
     if policy.network != "egress":
         return []
-    from saphan.egress.cut import DOOR_PORT, SOCKET_NAME
+    from saphan.confine.policy import DOOR_PORT, DOOR_SOCKET
 
-    return ["--bridge", f"127.0.0.1:{DOOR_PORT}={os.path.join(policy.door_dir, SOCKET_NAME)}"]
+    return ["--bridge", f"127.0.0.1:{DOOR_PORT}={os.path.join(policy.door_dir, DOOR_SOCKET)}"]
 
 
 def _bubblewrap(policy: Policy) -> Boundary:

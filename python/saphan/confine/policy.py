@@ -9,6 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+#: an egress run's door on the jail's own loopback (the namespace is the run's
+#: alone, so one fixed port serves every run), and its socket's name in the
+#: run's door directory (egress/cut.py)
+DOOR_PORT = 3128
+DOOR_SOCKET = "door.sock"
+
 #: device files every run may write (SPEC.md §2)
 DEVICE_LITERALS = ("/dev/null", "/dev/tty", "/dev/zero", "/dev/random", "/dev/urandom")
 

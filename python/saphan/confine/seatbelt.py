@@ -55,9 +55,9 @@ def _egress(policy: Policy) -> list[str]:
     (``egress-uncuttable``) until this profile is measured on a Mac."""
     import os
 
-    from saphan.egress.cut import DOOR_PORT, SOCKET_NAME
+    from saphan.confine.policy import DOOR_PORT, DOOR_SOCKET
 
-    sock = os.path.join(policy.door_dir, SOCKET_NAME)
+    sock = os.path.join(policy.door_dir, DOOR_SOCKET)
     return [
         "(deny network*)",
         f"(allow network-outbound (remote unix-socket (path-literal {_q(sock)})))",

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from saphan import refusals
+from saphan.confine.policy import DOOR_PORT, DOOR_SOCKET
 from saphan.egress.policy import EgressPolicy, RouteSpec
 
 if TYPE_CHECKING:
@@ -33,11 +34,8 @@ if TYPE_CHECKING:
     from saphan.tools.adapter import Adapter
     from saphan.tools.auth import Target
 
-#: the door's port on the jail's own loopback (the namespace is the run's
-#: alone, so one fixed port serves every run)
-DOOR_PORT = 3128
-#: the door's socket, in :attr:`Cut.door_dir`
-SOCKET_NAME = "door.sock"
+#: the door's port on the jail's loopback, its socket's name in :attr:`Cut.door_dir`
+DOOR_PORT, SOCKET_NAME = DOOR_PORT, DOOR_SOCKET
 #: the proxy variables every cut run gets (both spellings: curl reads only
 #: the lower-case http_proxy)
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy",

@@ -131,7 +131,8 @@ def run(
               and s.tool == "command" else None)
         site = SshSite(ctx, s, m, command, workdir=far_wd, stream=stream, permission=pc,
                        request=request if s.tool != "command" else None, mode=mode,
-                       view=view)
+                       view=view,
+                       egress_policy=request.egress_policy if request is not None else None)
     else:
         from saphan.site.local import LocalSite
 

@@ -96,8 +96,10 @@ class SshSite:
                  workdir: str, stream: bool = True,
                  permission: PermissionClass | None = None,
                  request: AgentRequest | None = None, mode: str = "engine",
-                 view: bool = False) -> None:
+                 view: bool = False, egress_policy: str | None = None) -> None:
         self.ctx, self.slot, self.machine, self.command = ctx, slot, machine, command
+        #: an egress policy the run declared (refused here: no network lever)
+        self.egress_policy = egress_policy
         self.workdir, self.stream = workdir, stream
         #: the command's permission class (its network posture, its write scope)
         self.permission = permission
@@ -162,7 +164,7 @@ class SshSite:
         """A run here that declares an egress policy (by option, or by its
         permission class) is refused: the launcher has no network lever."""
         request, pc = self.request, self.permission
-        declared = request.egress_policy if request is not None else None
+        declared = self.egress_policy
         if declared is None and pc is None and request is not None \
                 and request.permission_class is not None:
             from saphan.tools import permission_class

@@ -271,6 +271,31 @@ def test_far_refusals_missing_binary_and_pin(far: Remote, claude_bin: str) -> No
     assert far.ok("slot", "show", "far1", "cl2", "--json").json()["holders"] == []
 
 
+def test_an_egress_policy_on_a_runner_is_refused_by_name_before_any_seat(
+        far: Remote, tmp_path: Path) -> None:
+    """saphan-launcher has no network lever: a far run carrying an egress
+    policy (by option, or by its permission class) never runs open."""
+    h = far.host("far1")
+    wd = h.mkdir("agents/egress")
+    far.ready("far1", slot="eg", tool="command")
+    pol = tmp_path / "egress.json"
+    pol.write_text(json.dumps({"schema": 1, "allow": [{"host": "example.com",
+                                                       "ports": [443]}]}))
+    r = far("run", "--machine", "far1", "--slot", "eg", "--workdir", str(wd),
+            "--egress-policy", str(pol), "--json", "--", "true")
+    assert r.code == 3, (r.out, r.err)
+    rec = json.loads(r.out)
+    assert rec["refusal"]["class"] == "egress-unsupported-lane"
+    assert "SSH machine far1" in rec["refusal"]["message"]
+    pc = tmp_path / "class.json"
+    pc.write_text(json.dumps({"schema": 4, "allowed_commands": ["true"], "network": "open",
+                              "egress_policy": str(pol)}))
+    r = far("run", "--machine", "far1", "--slot", "eg", "--workdir", str(wd),
+            "--permission-class", str(pc), "--json", "--", "true")
+    assert r.code == 3 and json.loads(r.out)["refusal"]["class"] == "egress-unsupported-lane"
+    assert far.ok("slot", "show", "far1", "eg", "--json").json()["holders"] == []
+
+
 def test_far_codex_needs_the_runners_measured_landlock(far: Remote) -> None:
     far.add("far2")
     far.ok("machine", "deliver", "far2")  # no --probe: no Landlock row
