@@ -33,7 +33,6 @@ def _cut(tool: str = "claude", **kw: Any) -> cut.Cut:
     ("claude", "landlock", "local", "egress-unsupported-lane"),
     ("loop", "ssh", "SSH machine far1", "egress-unsupported-lane"),
     ("command", "ssh", "SSH machine far1", "egress-unsupported-lane"),
-    ("codex", "vendor:codex", "local", "egress-unsupported-tool"),
     ("claude", "vendor:claude", "local", "egress-unsupported-tool"),
     ("command", "seatbelt", "local", "egress-uncuttable"),
 ])
@@ -48,11 +47,14 @@ def test_a_path_without_a_network_lever_is_refused_by_name(tool: str, mechanism:
 @pytest.mark.parametrize("tool", ["command", "claude", "loop"])
 def test_bubblewrap_on_the_control_plane_is_cuttable(tool: str) -> None:
     cut.refuse_unless_cuttable(tool=tool, mechanism="bubblewrap", where="local")
+    # Codex confines itself; saphan cuts around it (a Linux network namespace)
+    cut.refuse_unless_cuttable(tool="codex", mechanism="vendor:codex", where="local")
 
 
 def test_the_jail_gets_the_door_with_its_token_and_a_placeholder_never_the_secret() -> None:
     c = _cut()
-    env = c.environment({"PATH": "/usr/bin", "ANTHROPIC_API_KEY": SECRET,
+    c.key_var = "ANTHROPIC_API_KEY"  # as Cut.adapter() sets it for a Claude route
+    env = c.environment({"PATH": "/usr/bin", "ANTHROPIC_API_KEY": SECRET, "OPENAI_API_KEY": "o",
                          "ANTHROPIC_AUTH_TOKEN": "x", "OTHER": f"prefix-{SECRET}-suffix",
                          "NO_PROXY": "*", "HTTPS_PROXY": "http://corp:8080"})
     proxy = f"http://saphan:{c.token}@127.0.0.1:{cut.DOOR_PORT}"
@@ -60,6 +62,7 @@ def test_the_jail_gets_the_door_with_its_token_and_a_placeholder_never_the_secre
     assert env["NO_PROXY"] == "" and env["no_proxy"] == ""
     assert env["ANTHROPIC_API_KEY"] == c.placeholder != SECRET
     assert "ANTHROPIC_AUTH_TOKEN" not in env and "OTHER" not in env
+    assert "OPENAI_API_KEY" not in env  # every provider variable goes
     assert SECRET not in repr(env) and SECRET not in repr(c)
     assert c.token not in repr(c) and c.placeholder not in repr(c)
     assert set(c.variables()) == {*cut.PROXY_VARS, *cut.NO_PROXY_VARS, "ANTHROPIC_API_KEY"}

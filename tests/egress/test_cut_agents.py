@@ -20,7 +20,7 @@ import pytest
 
 from conftest import Saphan
 from egress.tls import ScratchCA, make_ca
-from tools.model_servers import ChatCompletionsServer, MessagesServer
+from tools.model_servers import ChatCompletionsServer, MessagesServer, ResponsesServer
 
 pytestmark = [pytest.mark.usefixtures("bwrap_available"), pytest.mark.slow]
 
@@ -47,8 +47,9 @@ class MemoryWatch:
     outside the jail) and counts ``secret`` and the agent's own placeholder
     (from its environ: proof the dump saw the agent's memory)."""
 
-    def __init__(self, marker: str, secret: str, asked: Any):
+    def __init__(self, marker: str, secret: str, asked: Any, key_var: str):
         self.marker, self.secret, self.asked = marker, secret.encode(), asked
+        self.key_var = key_var
         self.found: dict[str, int] = {}
         self.thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -65,17 +66,13 @@ class MemoryWatch:
             time.sleep(0.1)
         time.sleep(0.5)
         for pid in _pids(self.marker):
-            placeholder = _environ(pid).get(_key_var(self.marker))
+            placeholder = _environ(pid).get(self.key_var)
             mem = _dump(pid)
             self.found = {"pids": self.found.get("pids", 0) + 1,
                           "secret": self.found.get("secret", 0) + mem.count(self.secret),
                           "placeholder": self.found.get("placeholder", 0)
                           + (mem.count(placeholder.encode()) if placeholder else 0),
                           "bytes": self.found.get("bytes", 0) + len(mem)}
-
-
-def _key_var(marker: str) -> str:
-    return "ANTHROPIC_API_KEY" if "claude" in marker else "SAPHAN_NO_SUCH_VAR"
 
 
 def _pids(marker: str) -> list[int]:
@@ -149,7 +146,8 @@ def test_claude_reaches_its_model_only_through_the_door_and_never_holds_the_key(
         pc.write_text(json.dumps({"schema": 2, "allowed_commands": ["sh"], "network": "open"}))
         env = s.env(HOME=str(home), ANTHROPIC_API_KEY=REAL, SSL_CERT_FILE=ca.ca_file,
                     SAPHAN_CLAUDE_BIN=claude_bin)
-        with MemoryWatch(claude_bin, REAL, lambda: bool(srv.requests)) as watch:
+        with MemoryWatch(claude_bin, REAL, lambda: bool(srv.requests),
+                         "ANTHROPIC_API_KEY") as watch:
             r = s("run", "--machine", "here", "--slot", "cl", "--workdir", str(wd),
                   "--prompt", "probe", "--model", "claude-scripted", "--egress-policy",
                   str(pol), "--permission-class", str(pc), "--json", env=env, timeout=240)
@@ -178,6 +176,55 @@ def test_claude_reaches_its_model_only_through_the_door_and_never_holds_the_key(
     assert not any(h.startswith(upstream_addr) for h in summary["denied_hosts"]), summary
     assert REAL not in json.dumps(rec)
     assert REAL not in Path(summary["audit_log"]).read_text()
+
+
+def test_codex_is_cut_around_its_own_sandbox_and_never_holds_the_key(
+        saphan_sqlite: Saphan, codex_bin: str, codex_home: str, upstream_addr: str,
+        ca: ScratchCA, tmp_path: Path) -> None:
+    """Codex confines itself; saphan cuts around it: a network namespace
+    whose only way out is the door, its provider pointed at the door's route
+    with the placeholder. Its sandbox still confines the model's commands
+    (a write outside refused)."""
+    s = saphan_sqlite
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("original\n")
+    script = [("shell", f"echo x > {outside} || echo refused-outside"),
+              ("shell", _probe(REAL)), ("text", "done")]
+    with ResponsesServer(script, host=upstream_addr, tls=ca.server_context()) as srv:
+        base = f"{srv.base_url}/v1"
+        s.ok("machine", "add", "here", "--local")
+        s.ok("slot", "add", "here", "cx", "--tool", "codex", "--endpoint", base)
+        pol = tmp_path / "egress.json"
+        pol.write_text(json.dumps({"schema": 1, "routes": [
+            {"name": "openai", "tool": "codex", "upstream": base, "header": "authorization",
+             "prefix": "Bearer ", "secret_env": "OPENAI_API_KEY"}]}))
+        env = s.env(CODEX_HOME=codex_home, HOME=str(home), OPENAI_API_KEY=REAL,
+                    SSL_CERT_FILE=ca.ca_file, SAPHAN_CODEX_BIN=codex_bin)
+        with MemoryWatch(codex_bin, REAL, lambda: bool(srv.requests),
+                         "OPENAI_API_KEY") as watch:
+            r = s("run", "--machine", "here", "--slot", "cx", "--workdir", str(wd),
+                  "--prompt", "probe", "--model", "scripted-model", "--egress-policy",
+                  str(pol), "--json", env=env, timeout=240)
+        outputs = "\n".join(srv.outputs())
+        headers = [{k.lower(): v for k, v in h.items()} for h in srv.headers]
+    assert r.code == 0, r.err
+    rec = json.loads(r.out)
+    assert headers and all(h.get("authorization") == f"Bearer {REAL}" for h in headers)
+    assert "refused-outside" in outputs and outside.read_text() == "original\n"
+    assert "environ=0 cmdline=0" in outputs and "env=0" in outputs, outputs
+    assert watch.found.get("pids", 0) >= 1, watch.found
+    assert watch.found["placeholder"] >= 1 and watch.found["secret"] == 0, watch.found
+    enforced = rec["enforced_by"]
+    assert enforced["mechanism"] == "vendor:codex"
+    assert enforced["network_cut_by"]["mechanism"] == "bubblewrap"
+    assert "--unshare-net" in rec["boundary_argv"]
+    assert rec["egress"]["agent_credential"].startswith("the agent held no provider key")
+    assert any("http://127.0.0.1:3128/openai" in p for p in enforced["pinned_settings"])
+    assert REAL not in json.dumps(rec)
 
 
 def test_the_loop_reaches_its_lane_only_through_the_door_with_a_placeholder(

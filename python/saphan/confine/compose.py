@@ -240,6 +240,27 @@ def bridge_args(policy: Policy) -> list[str]:
     return ["--bridge", f"127.0.0.1:{DOOR_PORT}={os.path.join(policy.door_dir, DOOR_SOCKET)}"]
 
 
+def cut_around(boundary: Boundary, policy: Policy) -> Boundary:
+    """A tool that confines itself (Codex), cut: the same boundary inside a
+    bubblewrap that adds only namespaces — its own network (only loopback,
+    the door's bridge on it), user and PID — and binds the whole filesystem
+    as it is (the tool's own sandbox keeps the writes, as without a cut).
+    Codex's sandbox still confines the model's commands nested in it
+    (measured: writes outside refused, a socket EPERM)."""
+    b = usable_bwrap(unshare_net=True, egress=True)
+    if boundary.prefix[-1:] != ["--"]:
+        raise RuntimeError("a vendor boundary's prefix ends with its reaper's `--`")
+    outer = [b.exe, "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+             "--unshare-user", "--unshare-pid", "--unshare-net", "--die-with-parent",
+             "--chdir", policy.workdir, "--"]
+    return replace(boundary, prefix=[*outer, *boundary.prefix[:-1], *bridge_args(policy), "--"],
+                   extra={**boundary.extra, "network_cut_by": {
+                       "mechanism": "bubblewrap", "version": b.version, "executable": b.exe,
+                       "executable_sha256": b.sha256,
+                       "what": "a network namespace around the codex process: only loopback, "
+                               "the door's bridge on it"}})
+
+
 def _bubblewrap(policy: Policy) -> Boundary:
     b = usable_bwrap(unshare_net=policy.network != "open", egress=policy.network == "egress")
     reaper = usable_reaper()

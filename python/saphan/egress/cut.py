@@ -20,6 +20,7 @@ network rule is not measured (``egress-unsupported-tool``,
 from __future__ import annotations
 
 import os
+import platform
 import secrets as random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,10 +43,15 @@ PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_pro
               "all_proxy")
 NO_PROXY_VARS = ("NO_PROXY", "no_proxy")
 #: a tool's key variables by the header its route carries the secret in
+#: (Codex: its pinned provider's env_key, :attr:`Cut.key_var`)
 _KEY_VARS = {
     ("claude", "x-api-key"): "ANTHROPIC_API_KEY",
     ("claude", "authorization"): "ANTHROPIC_AUTH_TOKEN",
 }
+#: every provider credential variable an agent could read: removed from a
+#: routed run's jail (the served tool gets its one variable back, the placeholder)
+_PROVIDER_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
+                  "OPENAI_API_KEY", "CODEX_API_KEY")
 #: what the record says of the agent's credential when a route serves it
 NO_PROVIDER_KEY = ("the agent held no provider key: only a per-run placeholder, which the door "
                    "checked and replaced with the real secret on the upstream leg")
@@ -61,15 +67,22 @@ def refuse_unless_cuttable(*, tool: str, mechanism: str, where: str) -> None:
             "run it on the control plane's bubblewrap boundary (a slot on a --local machine, "
             "without --boundary landlock), or drop --egress-policy",
         )
-    if mechanism.startswith("vendor:"):
+    if mechanism == "vendor:codex" and platform.system() != "Linux":
+        raise refusals.egress_uncuttable(
+            "this run declares an egress policy, and saphan cuts a Codex run with a network "
+            "namespace around the codex process, which this control plane "
+            f"({platform.system()}) does not have",
+            "run egress-policy Codex runs on a Linux control plane",
+        )
+    if mechanism.startswith("vendor:") and mechanism != "vendor:codex":
         raise refusals.egress_unsupported_tool(
             f"this run declares an egress policy, and {tool} confines itself "
             f"({mechanism}): saphan composes no jail around it to cut, and the tool's own "
             "network setting governs only the commands it runs, not the tool",
-            f"run the work on a claude, loop or command slot under bubblewrap; a {tool} run "
-            "cannot carry an egress policy in this build",
+            f"run the work under saphan's own boundary (`run.confinement = engine`); a {tool} "
+            "run confined by the tool alone cannot carry an egress policy in this build",
         )
-    if mechanism != "bubblewrap":
+    if mechanism not in ("bubblewrap", "vendor:codex"):
         raise refusals.egress_uncuttable(
             f"this run declares an egress policy, and this control plane's boundary is "
             f"{mechanism}, whose network rule is not measured in this build",
@@ -94,6 +107,8 @@ class Cut:
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
     door: Door | None = None
     summary: dict[str, Any] | None = None
+    #: the variable the served tool reads its key from (set by :meth:`adapter`)
+    key_var: str | None = None
 
     @property
     def socket_path(self) -> str:
@@ -142,7 +157,20 @@ class Cut:
             from saphan.tools.claude import ClaudeAdapter
 
             assert isinstance(adapter, ClaudeAdapter)
+            self.key_var = _KEY_VARS.get((self.tool, route.header))
             return replace(adapter, endpoint=self.door_url(route))
+        if self.tool == "codex":
+            from saphan.tools.codex import CodexAdapter, Provider
+
+            assert isinstance(adapter, CodexAdapter)
+            was = adapter.provider
+            # A provider of saphan's at the door (the built-in one's base URL
+            # cannot be pointed elsewhere), reading the placeholder from the
+            # same variable.
+            self.key_var = was.env_key if was is not None else "OPENAI_API_KEY"
+            return replace(adapter, provider=Provider(
+                base_url=self.door_url(route), env_key=self.key_var,
+                wire_api=was.wire_api if was is not None else "responses"))
         if self.tool == "loop":
             from saphan.loop.adapter import LoopAdapter
 
@@ -170,9 +198,7 @@ class Cut:
 
     def variables(self) -> tuple[str, ...]:
         """The names this cut sets in the jail's environment."""
-        route = self.route
-        key_var = _KEY_VARS.get((self.tool, route.header)) if route is not None else None
-        return (*PROXY_VARS, *NO_PROXY_VARS, *((key_var,) if key_var else ()))
+        return (*PROXY_VARS, *NO_PROXY_VARS, *((self.key_var,) if self.key_var else ()))
 
     def read_secrets(self, env: Mapping[str, str]) -> None:
         """Every route's secret, read now (before the seat: a missing one is
@@ -192,11 +218,10 @@ class Cut:
         out.update({name: "" for name in NO_PROXY_VARS})
         route = self.route
         if route is not None:
-            key_var = _KEY_VARS.get((self.tool, route.header))
-            for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"):
+            for name in (*_PROVIDER_VARS, *((self.key_var,) if self.key_var else ())):
                 out.pop(name, None)
-            if key_var is not None:
-                out[key_var] = self.placeholder
+            if self.key_var is not None:
+                out[self.key_var] = self.placeholder
         return out
 
     def start(self, audit_path: str) -> None:
@@ -253,4 +278,10 @@ def _tool_endpoint(adapter: Adapter) -> tuple[str | None, tuple[tuple[str, str],
 
         assert isinstance(adapter, LoopAdapter)
         return adapter.lane.base_url, (("authorization", "Bearer "),)
+    if adapter.tool == "codex":
+        from saphan.tools import codex
+
+        assert isinstance(adapter, codex.CodexAdapter)
+        base = adapter.provider.base_url if adapter.provider is not None else codex.OPENAI_BASE_URL
+        return base, (("authorization", "Bearer "),)
     return None, ()

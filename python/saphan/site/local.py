@@ -248,6 +248,10 @@ class LocalSite:
             policy = replace(policy, notes=(*policy.notes, via))
             _warn(self.stream, via)
         vendor = adapter.vendor_boundary(policy)
+        if vendor is not None and self.cut is not None:
+            from saphan.confine.compose import cut_around
+
+            vendor = cut_around(vendor, policy)
         if vendor is not None:
             boundary = vendor
         elif self.boundary_choice == "landlock":
