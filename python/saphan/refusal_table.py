@@ -33,8 +33,8 @@ CLASSES: dict[str, str] = {
         "in this build)"
     ),
     "egress-unsupported-tool": (
-        "a run declares an egress policy on a tool that confines itself (Codex; Claude Code "
-        "under run.confinement = vendor): nothing of saphan's is around the tool to cut"
+        "a run declares an egress policy on Claude Code under run.confinement = vendor: "
+        "nothing of saphan's is around the tool to cut"
     ),
     "record-signature-invalid": (
         "a machine row's or a run record's signature does not verify (a run record is shown, "

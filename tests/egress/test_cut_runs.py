@@ -240,6 +240,21 @@ def test_a_class_naming_a_policy_cuts_the_run(saphan_sqlite: Saphan, upstream_ad
     assert r.code != 0 and "differ" in r.err, r.err
 
 
+def test_claude_confined_by_itself_alone_with_a_policy_is_refused_by_name(
+        saphan_sqlite: Saphan, claude_bin: str, tmp_path: Path) -> None:
+    s = saphan_sqlite
+    cfg = s.home / "config.toml"
+    cfg.write_text(cfg.read_text().replace('confinement = "engine"', 'confinement = "vendor"'))
+    _local(s, "cl", "claude")
+    pol = _policy(tmp_path, [])
+    r = s("run", "--machine", "here", "--slot", "cl", "--workdir", str(tmp_path), "--prompt",
+          "p", "--egress-policy", pol, "--json",
+          env=s.env(ANTHROPIC_API_KEY="sk-ant-unused-0123456789", SAPHAN_CLAUDE_BIN=claude_bin))
+    rec = _refused(r, "egress-unsupported-tool")
+    assert "vendor:claude" in rec["refusal"]["message"]
+    assert s.ok("runs", "list", "--json").json()[0]["outcome"] == "refused"
+
+
 def test_a_route_secret_missing_is_refused_before_the_seat(saphan_sqlite: Saphan,
                                                            tmp_path: Path) -> None:
     s = saphan_sqlite

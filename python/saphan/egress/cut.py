@@ -10,11 +10,14 @@ and exposed there on ``127.0.0.1:DOOR_PORT`` by the jail's first process
 with the run's token; a credential route's tool holds a placeholder where its
 key would be, and the door puts the real secret on the upstream leg.
 
+Codex confines itself; its run is cut around its own sandbox
+(compose.cut_around: a bubblewrap adding only namespaces).
+
 Where a cut cannot be made the run is refused before its seat
 (:func:`refuse_unless_cuttable`): a Landlock lane (``egress-unsupported-lane``:
-no network lever there), a tool that confines itself or a platform whose
-network rule is not measured (``egress-unsupported-tool``,
-``egress-uncuttable``) — never an open run.
+no network lever there), Claude Code confined by itself alone
+(``egress-unsupported-tool``), a platform whose network rule is not measured
+(``egress-uncuttable``) — never an open run.
 """
 
 from __future__ import annotations
