@@ -196,6 +196,27 @@ def test_a_landlock_run_with_a_policy_is_refused_before_its_seat(
     assert shown[0]["outcome"] == "refused"
 
 
+def test_a_class_saying_network_off_leaves_the_door_only_its_routes(
+        saphan_sqlite: Saphan, upstream_addr: str, hello: int, tmp_path: Path) -> None:
+    """`network: off` with a policy: the cut stands, and the door answers no
+    CONNECT, not even to what the policy's allow-list names."""
+    s = saphan_sqlite
+    _local(s)
+    pol = _policy(tmp_path, [{"host": upstream_addr, "ports": [hello]}])
+    pc = tmp_path / "class.json"
+    pc.write_text(json.dumps({"schema": 4, "allowed_commands": ["sh"], "network": "off",
+                              "egress_policy": pol}))
+    (tmp_path / "try.sh").write_text(
+        f'curl -sS --max-time 10 -p -x "$HTTPS_PROXY" http://{upstream_addr}:{hello}/\n')
+    r = s("run", "--machine", "here", "--slot", "s1", "--workdir", str(tmp_path),
+          "--permission-class", str(pc), "--json", "--", "sh", "try.sh")
+    rec = json.loads(r.out)
+    assert r.code == 1 and "403" in r.err, r.err
+    assert rec["egress"]["connect"].startswith("none")
+    assert "only the credential routes" in rec["network"]
+    assert rec["egress"]["door"]["summary"]["allowed"] == 0
+
+
 @pytest.mark.usefixtures("bwrap_available")
 def test_a_host_without_network_namespaces_refuses_the_run_uncuttable(
         saphan_sqlite: Saphan, tmp_path: Path) -> None:
