@@ -235,9 +235,17 @@ class Cut:
             Allow(a.host, a.ports) for a in self.policy.allow)
         routes = tuple(Route(r.name, r.upstream, r.header, r.prefix, self.secrets[r.name])
                        for r in self.policy.routes)
-        self.door = Door(self.socket_path, token=self.token, placeholder=self.placeholder,
-                         allow=allow, routes=routes, audit_path=audit_path)
-        self.door.start()
+        door = Door(self.socket_path, token=self.token, placeholder=self.placeholder,
+                    allow=allow, routes=routes, audit_path=audit_path)
+        try:
+            door.start()
+        except OSError as e:
+            raise refusals.egress_uncuttable(
+                f"the run's door could not listen on {self.socket_path}: {e}",
+                "check that saphan's workspace is on a local filesystem that holds unix "
+                "sockets, with room left, and run again",
+            ) from None
+        self.door = door
 
     def stop(self) -> dict[str, Any] | None:
         if self.door is not None and self.summary is None:
