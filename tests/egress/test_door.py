@@ -604,3 +604,62 @@ def test_hostile_hosts_are_kept_escaped_and_truncated(harness: Harness) -> None:
     [first, second] = harness.audit()
     assert first["host"] == long[:255]
     assert second["status"] == 400 and second["host"] == 'x"y\\z:443'
+
+
+def test_connect_early_data_and_a_big_echo_both_ways(harness: Harness,
+                                                     upstream_addr: str) -> None:
+    """Bytes sent with the CONNECT head go first; 32 MiB each way at once
+    (the door's backpressure in both directions) arrive whole and in order."""
+
+    def echo_as_it_comes(conn: socket.socket, up: Upstream) -> None:
+        while data := conn.recv(1 << 20):
+            conn.sendall(data)
+
+    up = Upstream(upstream_addr, echo_as_it_comes)
+    try:
+        harness.start(allow=(Allow(up.addr, (up.port,)),))
+        payload = os.urandom(32 << 20)
+        s = harness.client()
+        s.sendall(f"CONNECT {up.addr}:{up.port} HTTP/1.1\r\n"
+                  f"Proxy-Authorization: {basic(TOKEN)}\r\n\r\n".encode() + b"early")
+        answer, got = recv_head(s)
+        assert status_of(answer) == 200
+
+        def send() -> None:
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        got += recv_all(s)
+        sender.join()
+        assert got == b"early" + payload
+        summary = harness.stop()
+        assert summary["bytes_up"] == summary["bytes_down"] == len(payload) + 5
+    finally:
+        up.close()
+
+
+def test_route_with_a_big_body_and_a_big_answer(harness: Harness, upstream_addr: str) -> None:
+    body = os.urandom(8 << 20)
+    answer_body = os.urandom(8 << 20)
+
+    def big(conn: socket.socket, up: Upstream) -> None:
+        _, rest = recv_head(conn)
+        while len(rest) < len(body):
+            rest += conn.recv(1 << 20)
+        up.received.append(rest)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(answer_body)
+                     + answer_body)
+
+    up = Upstream(upstream_addr, big)
+    try:
+        harness.start(routes=(api_route(up),))
+        s, answer, rest = harness.request(
+            f"POST /api/upload HTTP/1.1\r\nx-api-key: {PLACEHOLDER}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n", body)
+        assert status_of(answer) == 200
+        assert rest + recv_all(s) == answer_body
+        assert up.received == [body]
+    finally:
+        up.close()

@@ -32,6 +32,7 @@ import socket
 import ssl
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import urlsplit
@@ -61,9 +62,8 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 #: what a host name may hold before it reaches the resolver
 _HOST_NAME = re.compile(r"[A-Za-z0-9_.-]{1,253}\Z")
 _VERSION = re.compile(r"HTTP/1\.[01]\Z")
-#: the hop-by-hop headers a route request loses (Connection is forced)
-_DROPPED = frozenset({"host", "proxy-authorization", "proxy-connection", "connection",
-                      "keep-alive"})
+#: the headers a route request loses (Host is the upstream's, Connection is forced)
+_DROPPED = frozenset({"host", "proxy-authorization", "proxy-connection", "connection"})
 _PHRASES = {200: "Connection established", 400: "Bad Request",
             403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
             407: "Proxy Authentication Required", 408: "Request Timeout",
@@ -238,25 +238,6 @@ def _parse_head(raw: bytes) -> _Head:
     return _Head(parts[0], parts[1], parts[2], headers)
 
 
-async def _read_head(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-    """The request head (through its blank line) and whatever followed it
-    in the same reads (forwarded first when splicing)."""
-    buf = bytearray()
-    while True:
-        end = buf.find(b"\r\n\r\n")
-        if end >= 0:
-            if end + 4 > HEAD_MAX:
-                break
-            return bytes(buf[:end + 4]), bytes(buf[end + 4:])
-        if len(buf) > HEAD_MAX:
-            break
-        chunk = await reader.read(HEAD_MAX)
-        if not chunk:
-            raise asyncio.IncompleteReadError(bytes(buf), None)
-        buf += chunk
-    raise _BadRequest(431, "request head over 64 KiB")
-
-
 def _split_authority(text: str) -> tuple[str, int]:
     """``host:port`` or ``[v6]:port`` (CONNECT's target)."""
     if text.startswith("["):
@@ -356,6 +337,116 @@ class _Denied(Exception):
         #: "allowed" when the policy let the request through but its upstream
         #: could not be reached (answered 502 all the same)
         self.verdict = verdict
+
+
+class _Side(asyncio.Protocol):
+    """One socket of a connection (the client's or the upstream's): it
+    gathers what arrives until it is relayed, then passes each read straight
+    to its peer's transport, pausing when the peer's buffer is full."""
+
+    def __init__(self, on_made: Callable[[_Side], None] | None = None) -> None:
+        self._on_made = on_made
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set on connection
+        self.buffer = bytearray()
+        self.peer: _Side | None = None
+        self.counted: Callable[[bytes], None] | None = None
+        #: set on any change (data, end, loss): what a waiting task wakes on
+        self.changed = asyncio.Event()
+        #: nothing more will be read (EOF, or the connection is gone)
+        self.eof = False
+        self.lost = asyncio.Event()
+
+    # -- asyncio.Protocol ----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        # drain below this much buffered: room for whole reads
+        transport.set_write_buffer_limits(high=4 * CHUNK, low=CHUNK)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family == socket.AF_UNIX:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * CHUNK)
+        if self._on_made is not None:
+            self._on_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.peer is not None:
+            if self.counted is not None:
+                self.counted(data)
+            self.peer.send(data)
+            return
+        seen = len(self.buffer)
+        self.buffer += data
+        # before relaying, hold at most a head's worth: the rest waits in the kernel
+        if b"\r\n\r\n" in self.buffer[max(0, seen - 3):] or len(self.buffer) > HEAD_MAX:
+            self.transport.pause_reading()
+        self.changed.set()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        if self.peer is not None:
+            self.peer.send_eof()
+        self.changed.set()
+        return True  # keep the other way open (half-close)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof = True
+        self.lost.set()
+        self.changed.set()
+
+    def pause_writing(self) -> None:
+        if self.peer is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and not self.peer.eof:
+            self.peer.transport.resume_reading()
+
+    # -- the door's side -------------------------------------------------------------
+
+    async def head(self) -> tuple[bytes, bytes]:
+        """The request head (through its blank line) and whatever followed
+        it (forwarded first when relaying)."""
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end >= 0:
+                if end + 4 > HEAD_MAX:
+                    break
+                head, rest = bytes(self.buffer[:end + 4]), bytes(self.buffer[end + 4:])
+                self.buffer.clear()
+                return head, rest
+            if len(self.buffer) > HEAD_MAX:
+                break
+            if self.eof:
+                raise asyncio.IncompleteReadError(bytes(self.buffer), None)
+            self.changed.clear()
+            await self.changed.wait()
+        raise _BadRequest(431, "request head over 64 KiB")
+
+    def send(self, data: bytes) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(data)
+
+    def send_eof(self) -> None:
+        if not self.transport.is_closing() and self.transport.can_write_eof():
+            self.transport.write_eof()
+
+    def relay(self, peer: _Side, counted: Callable[[bytes], None], changed: asyncio.Event) -> None:
+        """From now on what arrives goes to ``peer`` (``counted`` first)."""
+        self.peer, self.counted, self.changed = peer, counted, changed
+
+    def start(self) -> None:
+        """Pass on what arrived before relaying, then read again."""
+        if self.buffer:
+            data, self.buffer = bytes(self.buffer), bytearray()
+            self.data_received(data)
+        if self.eof:
+            if self.peer is not None:
+                self.peer.send_eof()
+        elif not self.transport.is_closing():
+            self.transport.resume_reading()
+        self.changed.set()
 
 
 class Door:
@@ -482,19 +573,18 @@ class Door:
 
     async def _serve(self, sock: socket.socket) -> None:
         self._stopping = asyncio.Event()
-        server = await asyncio.start_unix_server(self._accept, sock=sock, limit=CHUNK)
+        loop = asyncio.get_running_loop()
+        server = await loop.create_unix_server(lambda: _Side(self._accepted), sock=sock)
         self._ready.set()
         await self._stopping.wait()
         server.close()
-        # every connection's task (and any accepted meanwhile) ends: each
-        # aborts its sockets and audits what it served
-        for _ in range(3):
-            tasks = asyncio.all_tasks() - {asyncio.current_task()}
-            if not tasks:
-                break
-            for task in tasks:
-                task.cancel()
-            await asyncio.wait(tasks, timeout=STOP_WAIT / 4)
+        # every connection's task ends: each aborts its sockets and audits
+        # what it served
+        tasks = set(self._active)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_WAIT / 2)
         # aborted transports close their sockets in callbacks of the next turns
         for _ in range(2):
             await asyncio.sleep(0)
@@ -503,67 +593,60 @@ class Door:
         if self._stopping is not None:
             self._stopping.set()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        if len(self._active) >= MAX_CONNECTIONS:
-            # refused without reading anything: answered, audited, closed at once
-            writer.write(_response(503, "too many connections"))
-            writer.close()
+    def _accepted(self, client: _Side) -> None:
+        """A client connected: its own task serves it (or, over the limit, it
+        is answered 503 and closed at once)."""
+        if len(self._active) >= MAX_CONNECTIONS or (
+                self._stopping is not None and self._stopping.is_set()):
+            client.send(_response(503, "too many connections"))
+            client.transport.close()
             self._audit(_Record(reason="too many connections", status=503))
             return
+        task = asyncio.get_running_loop().create_task(self._serve_client(client))
         self._active.add(task)
+        task.add_done_callback(self._active.discard)
+
+    async def _serve_client(self, client: _Side) -> None:
         rec = _Record()
-        upstream: list[asyncio.StreamWriter] = []
+        sides = [client]
         try:
-            await self._handle(reader, writer, rec, upstream)
+            await self._handle(client, rec, sides)
         except _Denied as e:
             rec.verdict, rec.reason, rec.status = e.verdict, e.reason, e.status
             self._audit(rec)
-            await self._answer(writer, _response(e.status, e.reason, e.extra))
+            client.send(_response(e.status, e.reason, e.extra))
         except asyncio.CancelledError:
             # the door is stopping: this task is the connection's own, ended
             # here; a connection that had not yet made a request is not one
             if rec.kind != "other" or rec.status is not None:
                 rec.reason = rec.reason or "the door stopped"
-        except (OSError, asyncio.IncompleteReadError) as e:
-            # a client (or upstream) that went away mid-way is just counted
-            rec.reason = rec.reason or f"connection lost: {type(e).__name__}"
         except Exception as e:  # one bad connection never stops the door
             rec.reason = f"door error: {type(e).__name__}"
         finally:
-            self._active.discard(task)
             if rec.status is not None or rec.reason is not None:
                 self._audit(rec)
-            await self._close((*upstream, writer))
+            await self._close(sides)
 
-    async def _close(self, writers: tuple[asyncio.StreamWriter, ...]) -> None:
+    async def _close(self, sides: list[_Side]) -> None:
         """Flush what is still buffered and close; at once when stopping, or
         when a peer does not take the rest within seconds."""
         if self._stopping is None or not self._stopping.is_set():
-            for w in writers:
-                w.close()
+            for side in sides:
+                side.transport.close()
             try:
                 async with asyncio.timeout(5):
-                    for w in writers:
-                        await w.wait_closed()
+                    for side in sides:
+                        await side.lost.wait()
                 return
-            except (asyncio.CancelledError, OSError, TimeoutError, ssl.SSLError):
+            except (asyncio.CancelledError, TimeoutError):
                 pass  # stopped meanwhile (this is the connection's own task), or stuck
-        for w in writers:
-            w.transport.abort()
+        for side in sides:
+            side.transport.abort()
 
-    async def _answer(self, writer: asyncio.StreamWriter, data: bytes) -> None:
-        with contextlib.suppress(OSError, TimeoutError):
-            writer.write(data)
-            async with asyncio.timeout(5):
-                await writer.drain()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      rec: _Record, upstream: list[asyncio.StreamWriter]) -> None:
+    async def _handle(self, client: _Side, rec: _Record, sides: list[_Side]) -> None:
         try:
             async with asyncio.timeout(HEAD_TIMEOUT):
-                raw, rest = await _read_head(reader)
+                raw, rest = await client.head()
             head = _parse_head(raw)
         except TimeoutError:
             raise _Denied(408, "no request head within 30 s") from None
@@ -574,15 +657,14 @@ class Door:
         except _BadRequest as e:
             raise _Denied(e.status, e.reason) from None
         if head.method.upper() == "CONNECT":
-            await self._connect(head, rest, reader, writer, rec, upstream)
+            await self._connect(head, rest, client, rec, sides)
         else:
-            await self._route(head, rest, reader, writer, rec, upstream)
+            await self._route(head, rest, client, rec, sides)
 
     # -- CONNECT ----------------------------------------------------------------
 
-    async def _connect(self, head: _Head, rest: bytes, reader: asyncio.StreamReader,
-                       writer: asyncio.StreamWriter, rec: _Record,
-                       upstream: list[asyncio.StreamWriter]) -> None:
+    async def _connect(self, head: _Head, rest: bytes, client: _Side, rec: _Record,
+                       sides: list[_Side]) -> None:
         rec.kind = "connect"
         try:
             host, port = _split_authority(head.target)
@@ -597,12 +679,11 @@ class Door:
         if not any(a.matches(host, port) for a in self._allow):
             raise _Denied(403, "host and port not on the egress allow-list")
         addresses = await self._resolve(rec.host, port, denied_status=403)
-        up_reader, up_writer = await self._dial(addresses, port)
-        upstream.append(up_writer)
+        up = await self._dial(addresses, port)
+        sides.append(up)
         rec.verdict, rec.status = "allowed", 200
-        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        await writer.drain()
-        await self._splice(reader, writer, up_reader, up_writer, rec, rest, route=False)
+        client.send(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await self._splice(client, up, rec, rest, route=False)
 
     def _auth_denied(self) -> _Denied:
         return _Denied(407, "missing or wrong proxy token",
@@ -634,14 +715,16 @@ class Door:
 
     async def _dial(self, addresses: list[str], port: int, *,
                     tls: ssl.SSLContext | None = None, server_hostname: str | None = None,
-                    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+                    ) -> _Side:
         """Connect to the first checked address that answers (never re-resolving)."""
+        loop = asyncio.get_running_loop()
         failure = "no address"
         for address in addresses:
             try:
                 async with asyncio.timeout(UPSTREAM_TIMEOUT):
-                    return await asyncio.open_connection(
-                        address, port, limit=CHUNK, ssl=tls, server_hostname=server_hostname)
+                    _, up = await loop.create_connection(
+                        lambda: _Side(), address, port, ssl=tls, server_hostname=server_hostname)
+                return up
             except (OSError, TimeoutError, ssl.SSLError) as e:
                 failure = type(e).__name__
         # the policy let it through; the upstream failed
@@ -649,9 +732,8 @@ class Door:
 
     # -- credential routes -------------------------------------------------------
 
-    async def _route(self, head: _Head, rest: bytes, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter, rec: _Record,
-                     upstream: list[asyncio.StreamWriter]) -> None:
+    async def _route(self, head: _Head, rest: bytes, client: _Side, rec: _Record,
+                     sides: list[_Side]) -> None:
         try:
             host, target = _route_target(head.target)
             rec.host = host
@@ -662,26 +744,25 @@ class Door:
         found = self._routes.get(name)
         if found is None:
             raise _Denied(404, "no such route")
-        route, up = found
-        rec.host, rec.port = up.host, up.port
+        route, up_url = found
+        rec.host, rec.port = up_url.host, up_url.port
         values = head.values(route.header.lower())
         expected = (route.prefix + self._placeholder).encode()
         if len(values) != 1 or not hmac.compare_digest(values[0].encode("latin-1"), expected):
             raise _Denied(403, f"the route's {route.header} header does not hold the placeholder")
-        addresses = await self._resolve(up.host, up.port, denied_status=502)
-        if up.tls and self._tls is None:
+        addresses = await self._resolve(up_url.host, up_url.port, denied_status=502)
+        if up_url.tls and self._tls is None:
             self._tls = ssl.create_default_context()
-        up_reader, up_writer = await self._dial(
-            addresses, up.port, tls=self._tls if up.tls else None,
-            server_hostname=up.host if up.tls else None)
-        upstream.append(up_writer)
+        up = await self._dial(addresses, up_url.port, tls=self._tls if up_url.tls else None,
+                              server_hostname=up_url.host if up_url.tls else None)
+        sides.append(up)
         rec.verdict = "allowed"
-        first = self._forward_head(head, route, up, path) + rest
-        await self._splice(reader, writer, up_reader, up_writer, rec, first, route=True)
+        first = self._forward_head(head, route, up_url, path) + rest
+        await self._splice(client, up, rec, first, route=True)
         if rec.down == 0:
             rec.reason = "the upstream closed without an answer"
             rec.status = 502
-            await self._answer(writer, _response(502, rec.reason))
+            client.send(_response(502, rec.reason))
 
     def _forward_head(self, head: _Head, route: Route, up: _Upstream, path: str) -> bytes:
         target = (up.base + path) or "/"
@@ -699,27 +780,32 @@ class Door:
 
     # -- splicing ----------------------------------------------------------------
 
-    async def _splice(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter,
-                      rec: _Record, first: bytes, *, route: bool) -> None:
+    async def _splice(self, client: _Side, up: _Side, rec: _Record, first: bytes, *,
+                      route: bool) -> None:
         """Bytes both ways, half-closes passed on; done when both ways end
         (CONNECT) or when the upstream's answer ends (a route: the upstream
         was told Connection: close)."""
-        for w in (writer, up_writer):
-            # drain() waits below this much buffered: room for whole reads
-            w.transport.set_write_buffer_limits(high=4 * CHUNK, low=CHUNK)
-        up = asyncio.create_task(_pump(reader, up_writer, first, rec, "up"))
-        down = asyncio.create_task(_pump(up_reader, writer, b"", rec, "down"))
-        pending: set[asyncio.Task[None]] = {up, down}
-        try:
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if any(t.exception() is not None for t in done) or (route and down in done):
-                    break
-        finally:
-            for t in (up, down):
-                t.cancel()
-            await asyncio.gather(up, down, return_exceptions=True)
+
+        def went_up(data: bytes) -> None:
+            rec.up += len(data)
+
+        def went_down(data: bytes) -> None:
+            if rec.status is None:  # a route: the upstream's answer is what was sent
+                rec.status = _status_line(data)
+            rec.down += len(data)
+
+        changed = asyncio.Event()
+        client.relay(up, went_up, changed)
+        up.relay(client, went_down, changed)
+        if first:
+            went_up(first)
+            up.send(first)
+        client.start()
+        up.start()
+        while not (client.lost.is_set() or (up.eof if route else
+                                            (up.lost.is_set() or (client.eof and up.eof)))):
+            changed.clear()
+            await changed.wait()
 
     # -- audit --------------------------------------------------------------------
 
@@ -762,26 +848,3 @@ def _status_line(data: bytes) -> int | None:
     """The status an upstream's answer starts with (what the client got)."""
     m = re.match(rb"HTTP/\d(?:\.\d)? (\d{3})", data)
     return int(m.group(1)) if m else None
-
-
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: bytes,
-                rec: _Record, way: str) -> None:
-    """One way of a splice: reads of CHUNK, drain() for backpressure, the
-    end passed on as a half-close where the transport can."""
-    data = first
-    while True:
-        if data:
-            writer.write(data)
-            if way == "up":
-                rec.up += len(data)
-            else:
-                if rec.status is None:  # a route: the upstream's answer is what was sent
-                    rec.status = _status_line(data)
-                rec.down += len(data)
-            await writer.drain()
-        data = await reader.read(CHUNK)
-        if not data:
-            break
-    if writer.can_write_eof():
-        with contextlib.suppress(OSError):
-            writer.write_eof()
