@@ -45,7 +45,9 @@ HEAD_MAX = 64 * 1024
 HEAD_TIMEOUT = 30.0
 #: how long resolving a name and connecting upstream may take (each)
 UPSTREAM_TIMEOUT = 30.0
-#: one splice read (with drain() backpressure on the other side)
+#: one splice read: asyncio's selector transports recv() at most this much;
+#: each read goes straight to the peer's transport, whose buffer limits
+#: (and the jail's socket's send buffer) are sized from it
 CHUNK = 256 * 1024
 #: connections served at once; more are closed at once
 MAX_CONNECTIONS = 512
@@ -361,8 +363,11 @@ class _Side(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        # drain below this much buffered: room for whole reads
+        # backpressure (what drain() waits on): over `high` buffered, the peer
+        # stops reading (pause_writing) until it is down to `low`
         transport.set_write_buffer_limits(high=4 * CHUNK, low=CHUNK)
+        # a unix socket's default send buffer (~200 KiB) halved the download
+        # rate: each 256 KiB read took two turns of the loop to pass on
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family == socket.AF_UNIX:
             with contextlib.suppress(OSError):
@@ -523,10 +528,10 @@ class Door:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.bind(self.socket_path)
+            st = os.stat(self.socket_path)
+            self._sock_ino = (st.st_dev, st.st_ino)  # ours: removed on failure and at stop
             # before listen(): nobody can connect until the mode is 0600
             os.chmod(self.socket_path, 0o600)
-            st = os.stat(self.socket_path)
-            self._sock_ino = (st.st_dev, st.st_ino)
             sock.setblocking(False)
         except OSError:
             self._unlink(sock)
@@ -596,11 +601,12 @@ class Door:
     def _accepted(self, client: _Side) -> None:
         """A client connected: its own task serves it (or, over the limit, it
         is answered 503 and closed at once)."""
-        if len(self._active) >= MAX_CONNECTIONS or (
-                self._stopping is not None and self._stopping.is_set()):
-            client.send(_response(503, "too many connections"))
+        stopping = self._stopping is not None and self._stopping.is_set()
+        if stopping or len(self._active) >= MAX_CONNECTIONS:
+            reason = "the door is stopping" if stopping else "too many connections"
+            client.send(_response(503, reason))
             client.transport.close()
-            self._audit(_Record(reason="too many connections", status=503))
+            self._audit(_Record(reason=reason, status=503))
             return
         task = asyncio.get_running_loop().create_task(self._serve_client(client))
         self._active.add(task)
