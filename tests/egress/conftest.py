@@ -26,7 +26,8 @@ def upstream_addr() -> Iterator[str]:
         pytest.fail("the egress tests need the `ip` command (iproute2)")
     pid = os.getpid()
     netns, host_end, peer = f"saphan-egr-{pid}", f"segr{pid}h"[:15], f"segr{pid}n"[:15]
-    net = f"10.231.{pid % 250}"
+    # (10.213-10.249 are the sshd test hosts' /16s: tests/integration/sshd/sshhosts.py)
+    net = f"10.212.{pid % 250}"
     if _ip("-4", "addr", "show", "to", f"{net}.0/24").stdout.strip():
         pytest.fail(f"{net}.0/24 is already on an interface of this machine")
     try:
