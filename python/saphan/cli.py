@@ -988,6 +988,17 @@ def _show_record(record: RunRecord) -> None:
         echo(f"usage:       {summary(d['usage'])}")
     if d.get("network"):
         echo(f"network:     {d['network']}")
+    egress = d.get("egress")
+    if isinstance(egress, dict):
+        summary = (egress.get("door") or {}).get("summary") or {}
+        if summary:
+            echo(f"door:        {summary.get('requests', 0)} request(s), "
+                 f"{summary.get('allowed', 0)} allowed, {summary.get('denied', 0)} denied; "
+                 f"audit: {summary.get('audit_log')}")
+            for host in summary.get("denied_hosts") or []:
+                echo(f"denied:      {host}")
+        if egress.get("agent_credential"):
+            echo(f"credential:  {egress['agent_credential']}")
     for path in d.get("writable") or []:
         echo(f"writable:    {path}")
     for path in (d.get("policy") or {}).get("read_denials", []):

@@ -160,6 +160,9 @@ def test_a_cut_command_reaches_only_what_its_policy_allows(
     assert "saphan:" not in json.dumps(rec["environment"])
     assert "HTTPS_PROXY" in rec["environment"]["set"]
     assert "@127.0.0.1" not in token_free
+    human = s.ok("runs", "show", rec["id"]).out
+    assert f"door:        {summary['requests']} request(s)" in human
+    assert "denied:      169.254.169.254:80" in human
 
 
 @pytest.mark.slow

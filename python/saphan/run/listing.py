@@ -18,7 +18,8 @@ STATES = ("live", "reserved", "running", "ended", "refused")
 #: the top-level keys every listed run carries (null when it has none)
 RUN_KEYS = (
     "agent", "argv", "boundary_argv", "cancel", "composed_boundary", "confinement_setting",
-    "connection_lost", "driven_by", "enforced_by", "environment", "error", "exit_code",
+    "connection_lost", "driven_by", "egress", "enforced_by", "environment", "error",
+    "exit_code",
     "far_process", "finished_at", "id", "lane", "live", "loop", "machine", "model", "network",
     "not_enforced", "notes", "outcome", "output", "policy", "processes_killed_at_end",
     "processes_left_running", "protected_changes", "record_key_id", "record_signature",
