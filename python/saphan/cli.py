@@ -990,12 +990,12 @@ def _show_record(record: RunRecord) -> None:
         echo(f"network:     {d['network']}")
     egress = d.get("egress")
     if isinstance(egress, dict):
-        summary = (egress.get("door") or {}).get("summary") or {}
-        if summary:
-            echo(f"door:        {summary.get('requests', 0)} request(s), "
-                 f"{summary.get('allowed', 0)} allowed, {summary.get('denied', 0)} denied; "
-                 f"audit: {summary.get('audit_log')}")
-            for host in summary.get("denied_hosts") or []:
+        door = (egress.get("door") or {}).get("summary") or {}
+        if door:
+            echo(f"door:        {door.get('requests', 0)} request(s), "
+                 f"{door.get('allowed', 0)} allowed, {door.get('denied', 0)} denied; "
+                 f"audit: {door.get('audit_log')}")
+            for host in door.get("denied_hosts") or []:
                 echo(f"denied:      {host}")
         if egress.get("agent_credential"):
             echo(f"credential:  {egress['agent_credential']}")
