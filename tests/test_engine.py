@@ -79,7 +79,7 @@ def test_a_loop_run_through_the_api(tmp_path: Path,
                                     tmp_path_factory: pytest.TempPathFactory) -> None:
     """Lanes and a loop run from an embedding program: the engine's process
     is non-dumpable only while the run lasts, and gets its setting back."""
-    from saphan.tools.launch import Request
+    from saphan.tools.instruction import Request
     from saphan.transport import local
     from tools.model_servers import ChatCompletionsServer
 

@@ -686,8 +686,8 @@ def run(
     request = None
     if any(v is not None for v in (prompt, prompt_file, model, permission_class, resume, lane,
                                    max_turns, max_seconds, egress_policy)):
-        # Only now: the agent tools' modules are not a plain command's cost.
-        from saphan.tools.launch import Request
+        # A light module: the agent tools' adapters are not a plain command's cost.
+        from saphan.tools.instruction import Request
 
         request = Request(prompt=prompt, prompt_file=prompt_file, model=model,
                           permission_class=permission_class, resume=resume, lane=lane,

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from saphan.run.cancel import Cancelled
     from saphan.store import Store
     from saphan.store.rows import Machine, Slot
-    from saphan.tools.launch import Request as AgentRequest
+    from saphan.tools.instruction import Request as AgentRequest
     from saphan.transport.ssh import SSHConnection
     from saphan.workspace_init import Initialised
 

@@ -210,7 +210,7 @@ def test_every_tool_slot_add_accepts_is_one_run_can_run(ctx: Context) -> None:
     the cast's support check (run/request.check_fits)."""
     from saphan.run.request import check_fits
     from saphan.tools import TOOLS
-    from saphan.tools.launch import Request
+    from saphan.tools.instruction import Request
     from saphan.tools.registry import supports
 
     machines.add_machine(ctx, "here", local=True)

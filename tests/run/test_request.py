@@ -15,7 +15,7 @@ from saphan.errors import UserError
 from saphan.refusals import Refusal
 from saphan.run.request import check_fits, check_scope, check_workdir_apart, command_class
 from saphan.store.rows import Machine, Slot
-from saphan.tools.launch import Request
+from saphan.tools.instruction import Request
 from saphan.workspace import Workspace, registered_workspaces
 
 LOCAL = Machine("here", "local")

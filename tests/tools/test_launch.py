@@ -26,8 +26,8 @@ from saphan.records import signed_record_json
 from saphan.store.rows import Machine, Slot
 from saphan.timefmt import now_iso
 from saphan.tools.adapter import Adapter
-from saphan.tools.instruction import Resume
-from saphan.tools.launch import Request, prepare
+from saphan.tools.instruction import Request, Resume
+from saphan.tools.launch import prepare
 from saphan.workspace import Workspace
 
 

@@ -109,11 +109,14 @@ def usable_bwrap(*, unshare_net: bool = False, egress: bool = False) -> _Bwrap:
         version = subprocess.run(
             [exe, "--version"], capture_output=True, text=True, timeout=10, check=False
         ).stdout.strip()
-        trial = subprocess.run([*sandbox, "--", true], capture_output=True, text=True,
-                               timeout=30, check=False)
-        if unshare_net and trial.returncode == 0:
+        # A cut run tries the sandbox it gets (with --unshare-net) first: it
+        # passing proves the plain one too (one trial fewer on every cut
+        # run); only a failure runs the plain trial, to name which refusal.
+        if unshare_net:
             net = subprocess.run([*sandbox, "--unshare-net", "--", true], capture_output=True,
                                  text=True, timeout=30, check=False)
+        trial = net if net is not None and net.returncode == 0 else subprocess.run(
+            [*sandbox, "--", true], capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise refusals.confinement_unavailable(
             f"{exe} could not be started: {e}",

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from saphan.liveness import Holder
     from saphan.records import RunRecord
     from saphan.site import Site
-    from saphan.tools.launch import Request as AgentRequest
+    from saphan.tools.instruction import Request as AgentRequest
 
 
 def run(

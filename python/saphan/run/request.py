@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from saphan.context import Context
     from saphan.store.rows import Machine, Slot
     from saphan.tools import permission_class
-    from saphan.tools.launch import Request as AgentRequest
+    from saphan.tools.instruction import Request as AgentRequest
 
 
 def check_fits(

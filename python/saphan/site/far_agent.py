@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from saphan.site.far import Preflight
     from saphan.store.rows import Machine, Slot
     from saphan.tools.adapter import Adapter
-    from saphan.tools.launch import Request
+    from saphan.tools.instruction import Request
 
 #: the signed fact `machine deliver --agent TOOL` writes (fleet/delivery.py)
 AGENT_FACT_PREFIX = "agent:"

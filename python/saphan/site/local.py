@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from saphan.liveness import RemoteCheck
     from saphan.run.view import Escaped, View
     from saphan.tools.adapter import Adapter, CommandAdapter
-    from saphan.tools.launch import Request as AgentRequest
+    from saphan.tools.instruction import Request as AgentRequest
     from saphan.tools.permission_class import PermissionClass
     from saphan.transport.local import Finished
     from saphan.worktrees import RepoSpec
@@ -450,6 +450,7 @@ def _cut(request: AgentRequest | None, pc: PermissionClass | None, adapter: Adap
     cut.refuse_unless_cuttable(tool=adapter.tool, mechanism=mechanism, where="local")
     made = cut.Cut(policy.load(path), tool=adapter.tool,
                    routes_only=pc is not None and pc.network == "off")
+    made.prefetch()
     if made.routes_only and adapter.tool in ("claude", "loop") and made.route is None:
         raise refusals.network_posture_unenforceable(
             f"the permission class says `network: off`, so the door of egress policy {path} "

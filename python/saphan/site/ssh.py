@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from saphan.run.view import Escaped, View
     from saphan.site.far import Preflight
     from saphan.tools.adapter import Adapter
-    from saphan.tools.launch import Request as AgentRequest
+    from saphan.tools.instruction import Request as AgentRequest
     from saphan.tools.permission_class import PermissionClass
 
 #: What the remote boundary does not restrict, written into every record.

@@ -41,3 +41,20 @@ class Instruction:
     permission_class: PermissionClass | None = None
     #: set only by ``saphan run --resume RUN``
     resume: Resume | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    """What ``saphan run`` was asked for an agent slot (nothing else exists)."""
+
+    prompt: str | None = None
+    prompt_file: str | None = None
+    model: str | None = None
+    permission_class: str | None = None
+    resume: str | None = None
+    #: loop slots: the lane (default: the only one declared) and the budgets
+    lane: str | None = None
+    max_turns: int | None = None
+    max_seconds: int | None = None
+    #: an egress policy file (egress/policy.py): the run is cut, its door the way out
+    egress_policy: str | None = None

@@ -21,29 +21,12 @@ from saphan.tools import binaries, claude, permission_class
 from saphan.tools.adapter import Adapter
 from saphan.tools.claude import ClaudeAdapter
 from saphan.tools.codex import CodexAdapter, Provider
-from saphan.tools.instruction import Instruction, Resume
+from saphan.tools.instruction import Instruction, Request, Resume
 
 if TYPE_CHECKING:
     from saphan.context import Context
     from saphan.lanes import Lane
     from saphan.store.rows import Slot
-
-
-@dataclass(frozen=True)
-class Request:
-    """What ``saphan run`` was asked for an agent slot (nothing else exists)."""
-
-    prompt: str | None = None
-    prompt_file: str | None = None
-    model: str | None = None
-    permission_class: str | None = None
-    resume: str | None = None
-    #: loop slots: the lane (default: the only one declared) and the budgets
-    lane: str | None = None
-    max_turns: int | None = None
-    max_seconds: int | None = None
-    #: an egress policy file (egress/policy.py): the run is cut, its door the way out
-    egress_policy: str | None = None
 
 
 @dataclass(frozen=True)
