@@ -205,13 +205,15 @@ def test_a_class_saying_network_off_leaves_the_door_only_its_routes(
     CONNECT, not even to what the policy's allow-list names."""
     s = saphan_sqlite
     _local(s)
+    wd = tmp_path / "wd"
+    wd.mkdir()
     pol = _policy(tmp_path, [{"host": upstream_addr, "ports": [hello]}])
     pc = tmp_path / "class.json"
     pc.write_text(json.dumps({"schema": 4, "allowed_commands": ["sh"], "network": "off",
                               "egress_policy": pol}))
-    (tmp_path / "try.sh").write_text(
+    (wd / "try.sh").write_text(
         f'curl -sS --max-time 10 -p -x "$HTTPS_PROXY" http://{upstream_addr}:{hello}/\n')
-    r = s("run", "--machine", "here", "--slot", "s1", "--workdir", str(tmp_path),
+    r = s("run", "--machine", "here", "--slot", "s1", "--workdir", str(wd),
           "--permission-class", str(pc), "--json", "--", "sh", "try.sh")
     rec = json.loads(r.out)
     assert r.code == 1 and "403" in r.err, r.err
@@ -228,12 +230,14 @@ def test_a_host_without_network_namespaces_refuses_the_run_uncuttable(
     so the run is refused egress-uncuttable — never started open."""
     s = saphan_sqlite
     _local(s)
+    wd = tmp_path / "wd"
+    wd.mkdir()
     pol = _policy(tmp_path, [])
     marker = tmp_path / "ran"
     script = "echo 0 > /proc/sys/user/max_net_namespaces && exec \"$0\" \"$@\""
     p = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c", script,
                         saphan_exe(), "run", "--machine", "here", "--slot", "s1",
-                        "--workdir", str(tmp_path), "--egress-policy", pol, "--json", "--",
+                        "--workdir", str(wd), "--egress-policy", pol, "--json", "--",
                         "touch", str(marker)],
                        capture_output=True, text=True, env=s.env(), timeout=120,
                        stdin=subprocess.DEVNULL)
@@ -247,11 +251,13 @@ def test_a_class_naming_a_policy_cuts_the_run(saphan_sqlite: Saphan, upstream_ad
                                               hello: int, tmp_path: Path) -> None:
     s = saphan_sqlite
     _local(s)
+    wd = tmp_path / "wd"
+    wd.mkdir()
     pol = _policy(tmp_path, [{"host": upstream_addr, "ports": [hello]}])
     pc = tmp_path / "class.json"
     pc.write_text(json.dumps({"schema": 4, "allowed_commands": ["curl"], "network": "open",
                               "egress_policy": pol}))
-    r = s("run", "--machine", "here", "--slot", "s1", "--workdir", str(tmp_path),
+    r = s("run", "--machine", "here", "--slot", "s1", "--workdir", str(wd),
           "--permission-class", str(pc), "--json", "--", "curl", "-sS", "--max-time",
           "10", "--noproxy", "*", f"http://{upstream_addr}:{hello}/")
     rec = json.loads(r.out)
@@ -259,7 +265,7 @@ def test_a_class_naming_a_policy_cuts_the_run(saphan_sqlite: Saphan, upstream_ad
     assert r.code == 1 and rec["exit_code"] == 7, r.err
     assert rec["egress"]["policy"]["source"] == pol
     other = _policy(tmp_path, [], name="other.json")
-    r = s("run", "--machine", "here", "--slot", "s1", "--workdir", str(tmp_path),
+    r = s("run", "--machine", "here", "--slot", "s1", "--workdir", str(wd),
           "--permission-class", str(pc), "--egress-policy", other, "--", "curl", "-V")
     assert r.code != 0 and "differ" in r.err, r.err
 
@@ -277,6 +283,41 @@ def test_claude_confined_by_itself_alone_with_a_policy_is_refused_by_name(
     rec = _refused(r, "egress-unsupported-tool")
     assert "vendor:claude" in rec["refusal"]["message"]
     assert s.ok("runs", "list", "--json").json()[0]["outcome"] == "refused"
+
+
+def test_a_route_secret_file_is_unreadable_in_the_jail(saphan_sqlite: Saphan,
+                                                      tmp_path: Path) -> None:
+    """The door reads the secret; the jail cannot (the policy names where
+    the file is)."""
+    s = saphan_sqlite
+    _local(s)
+    key = tmp_path / "keys" / "route.key"
+    key.parent.mkdir()
+    key.write_text("sk-route-secret-file-0123456789abcdef\n")
+    key.chmod(0o600)
+    pol = _policy(tmp_path, [], [{"name": "gh", "upstream": "https://api.github.com",
+                                  "header": "authorization", "prefix": "Bearer ",
+                                  "secret_file": str(key)}])
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    r = s("run", "--machine", "here", "--slot", "s1", "--workdir", str(wd),
+          "--egress-policy", pol, "--json", "--", "cat", str(key))
+    rec = json.loads(r.out)
+    assert "sk-route-secret" not in r.out + r.err
+    assert str(key) in rec["policy"]["read_denials"]
+
+
+def test_a_policy_the_run_could_rewrite_is_refused(saphan_sqlite: Saphan,
+                                                   tmp_path: Path) -> None:
+    """A policy (or its secret file, or a class naming it) inside what the
+    run may write would let one run open the next run's door."""
+    s = saphan_sqlite
+    _local(s)
+    pol = _policy(tmp_path, [])  # tmp_path is the workdir below
+    r = s("run", "--machine", "here", "--slot", "s1", "--workdir", str(tmp_path),
+          "--egress-policy", pol, "--json", "--", "true")
+    rec = _refused(r, "policy-invalid")
+    assert "which this run may write" in rec["refusal"]["message"]
 
 
 def test_a_route_secret_missing_is_refused_before_the_seat(saphan_sqlite: Saphan,

@@ -603,7 +603,51 @@ def test_hostile_hosts_are_kept_escaped_and_truncated(harness: Harness) -> None:
     harness.connect('x"y\\z:443')
     [first, second] = harness.audit()
     assert first["host"] == long[:255]
-    assert second["status"] == 400 and second["host"] == 'x"y\\z:443'
+    # a target outside RFC 3986's characters is not even parsed (400)
+    assert second["status"] == 400 and second["reason"] == "malformed request line"
+
+
+@pytest.mark.parametrize("target", [
+    "/api/v1/messages\nx-injected: 1", "/api/v1\tx", "/api/v1\x00x", "/api/v1 x",
+    "/api/\x7f", "/api/caf\xe9"])
+def test_a_route_target_with_a_control_or_unsafe_byte_never_reaches_the_upstream(
+        harness: Harness, http_upstream: Upstream, target: str) -> None:
+    """A bare LF, TAB or NUL in the target would put lines of the jail's
+    ahead of the Host and secret lines the door adds (a lenient upstream
+    then takes the jail's Content-Length and echoes the key back)."""
+    harness.start(routes=(api_route(http_upstream),))
+    _, answer, _ = harness.request(
+        f"POST {target} HTTP/1.1\r\nHost: x\r\nX-Api-Key: {PLACEHOLDER}\r\n"
+        "Content-Length: 0\r\n\r\n")
+    assert status_of(answer) == 400
+    assert http_upstream.received == []
+
+
+def test_a_header_value_with_a_control_byte_is_refused(harness: Harness,
+                                                       http_upstream: Upstream) -> None:
+    harness.start(routes=(api_route(http_upstream),))
+    _, answer, _ = harness.request(
+        f"POST /api/v1 HTTP/1.1\r\nHost: x\r\nX-Api-Key: {PLACEHOLDER}\r\n"
+        "X-Evil: a\x00b\r\nContent-Length: 0\r\n\r\n")
+    assert status_of(answer) == 400 and http_upstream.received == []
+
+
+def test_the_audit_log_and_the_host_lists_are_bounded(harness: Harness,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hostile jail grows neither saphan's disk nor its memory: past the
+    caps, requests are counted, not kept."""
+    from saphan.egress import door as door_module
+
+    monkeypatch.setattr(door_module, "AUDIT_LINES_MAX", 5)
+    monkeypatch.setattr(door_module, "HOSTS_KEPT", 3)
+    harness.start()
+    for i in range(8):
+        harness.connect(f"h{i}.example:443")
+    summary = harness.stop()
+    lines = harness.audit()
+    assert len(lines) == 6 and lines[-1] == {**lines[-1], "kind": "suppressed", "count": 3}
+    assert summary["requests"] == 8 and summary["audit_lines_suppressed"] == 3
+    assert len(summary["denied_hosts"]) == 3 and summary["hosts_not_kept"] == 5
 
 
 def test_connect_early_data_and_a_big_echo_both_ways(harness: Harness,

@@ -253,8 +253,14 @@ def cut_around(boundary: Boundary, policy: Policy) -> Boundary:
     b = usable_bwrap(unshare_net=True, egress=True)
     if boundary.prefix[-1:] != ["--"]:
         raise RuntimeError("a vendor boundary's prefix ends with its reaper's `--`")
+    # The policy's read denials hold for the codex process too (a route's
+    # secret file, the tool's stored login: what would be a key it holds).
+    denied: list[str] = []
+    for path in policy.read_denials:
+        denied += (["--tmpfs", path, "--remount-ro", path] if os.path.isdir(path)
+                   else ["--ro-bind", "/dev/null", path])
     outer = [b.exe, "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
-             "--unshare-user", "--unshare-pid", "--unshare-net", "--die-with-parent",
+             *denied, "--unshare-user", "--unshare-pid", "--unshare-net", "--die-with-parent",
              "--chdir", policy.workdir, "--"]
     return replace(boundary, prefix=[*outer, *boundary.prefix[:-1], *bridge_args(policy), "--"],
                    extra={**boundary.extra, "network_cut_by": {

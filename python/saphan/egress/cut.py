@@ -214,6 +214,41 @@ class Cut:
                        headers={**kept, route.header: route.prefix + self.secrets[route.name]},
                        login_file=None)
 
+    def read_denials(self) -> tuple[str, ...]:
+        """What the jail must not read: every route's secret file, and when a
+        route serves the tool, the tool's own stored login (it would be a
+        provider key the agent holds)."""
+        out = [r.secret_file for r in self.policy.routes if r.secret_file is not None]
+        if self.route is not None and self.tool == "claude":
+            from saphan.tools.claude import config_home
+
+            out.append(os.path.join(config_home(), ".credentials.json"))
+        if self.route is not None and self.tool == "codex":
+            from saphan.tools.codex import codex_home
+
+            out.append(os.path.join(codex_home(), "auth.json"))
+        return tuple(dict.fromkeys(out))
+
+    def check_apart(self, writable: tuple[str, ...], class_source: str | None) -> None:
+        """The policy, its secret files and a class naming it must lie
+        outside what the run may write: a run that rewrote them would
+        reconfigure the next run's door (or read a secret it planted)."""
+        named = [("egress policy", self.policy.source),
+                 *(("the route secret file", r.secret_file) for r in self.policy.routes
+                   if r.secret_file is not None),
+                 *((("the permission class naming it", class_source),) if class_source else ())]
+        for what, path in named:
+            real = os.path.realpath(path)
+            inside = next((w for w in writable
+                           if real == w or real.startswith(w.rstrip("/") + "/")), None)
+            if inside is not None:
+                raise refusals.policy_invalid(
+                    f"{what} {path} lies inside {inside}, which this run may write: the run "
+                    "could rewrite it for the next run (its allow-list, its routes)",
+                    f"keep {path} outside every directory a run works in (e.g. under "
+                    "/etc/saphan or your config directory)",
+                )
+
     def variables(self) -> tuple[str, ...]:
         """The names this cut sets in the jail's environment."""
         return (*PROXY_VARS, *NO_PROXY_VARS, *((self.key_var,) if self.key_var else ()))

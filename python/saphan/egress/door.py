@@ -57,6 +57,16 @@ STOP_WAIT = 10.0
 FIELD_MAX = 255
 #: the most hosts listed in the summary (each list)
 LIST_MAX = 50
+#: distinct hosts kept while the door runs (each list), and audit lines
+#: written: past them a hostile jail grows neither saphan's memory nor its
+#: disk — the rest is counted (``hosts_not_kept``, ``audit_lines_suppressed``)
+HOSTS_KEPT = 1000
+AUDIT_LINES_MAX = 10_000
+#: a request target: RFC 3986 characters only (no control character, space
+#: or byte above 0x7e reaches the upstream's request line)
+_TARGET = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+\Z")
+#: a header value: visible ASCII, space and TAB (no NUL, no other control)
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*\Z")
 
 _ROUTE_NAME = re.compile(r"[a-z0-9-]+\Z")
 #: RFC 9110 token characters (methods and header names)
@@ -226,7 +236,9 @@ class _Head:
 def _parse_head(raw: bytes) -> _Head:
     lines = raw[:-4].decode("latin-1").split("\r\n")
     parts = lines[0].split(" ")
-    if len(parts) != 3 or not _TOKEN.match(parts[0]) or not parts[1]:
+    if len(parts) != 3 or not _TOKEN.match(parts[0]) or not _TARGET.match(parts[1]):
+        # a control character, TAB or bare LF in the target would reach the
+        # upstream's request line ahead of the headers the door adds
         raise _BadRequest(400, "malformed request line")
     if not _VERSION.match(parts[2]):
         raise _BadRequest(505, "unsupported HTTP version")
@@ -234,7 +246,7 @@ def _parse_head(raw: bytes) -> _Head:
     for line in lines[1:]:
         name, sep, value = line.partition(":")
         # bare CR/LF or folded lines are how requests get smuggled: refused
-        if not sep or not _TOKEN.match(name) or "\r" in line or "\n" in line:
+        if not sep or not _TOKEN.match(name) or not _FIELD_VALUE.match(value):
             raise _BadRequest(400, "malformed header line")
         headers.append((name, value.strip(" \t")))
     return _Head(parts[0], parts[1], parts[2], headers)
@@ -483,9 +495,11 @@ class Door:
         self._audit_file: IO[str] | None = None
         self._sock_ino: tuple[int, int] | None = None
         self._summary: dict[str, Any] | None = None
-        self._counts = {"requests": 0, "allowed": 0, "denied": 0, "bytes_up": 0, "bytes_down": 0}
+        self._counts = {"requests": 0, "allowed": 0, "denied": 0, "bytes_up": 0, "bytes_down": 0,
+                        "audit_lines_suppressed": 0, "hosts_not_kept": 0}
         self._hosts: set[str] = set()
         self._denied_hosts: set[str] = set()
+        self._lines = 0
 
     # -- lifecycle (caller's thread) ------------------------------------------
 
@@ -548,6 +562,13 @@ class Door:
 
     def _close_audit(self) -> None:
         if self._audit_file is not None:
+            suppressed = self._counts["audit_lines_suppressed"]
+            if suppressed:
+                with contextlib.suppress(OSError, ValueError):
+                    self._audit_file.write(json.dumps(
+                        {"time": now_iso(), "kind": "suppressed", "count": suppressed,
+                         "why": f"the log keeps the first {AUDIT_LINES_MAX} requests; the "
+                                "rest are counted in the summary"}) + "\n")
             self._audit_file.close()
             self._audit_file = None
 
@@ -825,6 +846,10 @@ class Door:
                 "reason": self._clean(rec.reason), "status": rec.status,
                 "up": rec.up, "down": rec.down}
         self._count(line)
+        if self._lines >= AUDIT_LINES_MAX:
+            self._counts["audit_lines_suppressed"] += 1
+            return
+        self._lines += 1
         if self._audit_file is not None:
             with contextlib.suppress(OSError, ValueError):
                 self._audit_file.write(json.dumps(line) + "\n")
@@ -840,7 +865,11 @@ class Door:
             host = line["host"]
             shown = f"[{host}]" if ":" in host and _ip(host) is not None else host
             where = shown if line["port"] is None else f"{shown}:{line['port']}"
-            (self._hosts if line["verdict"] == "allowed" else self._denied_hosts).add(where)
+            kept = self._hosts if line["verdict"] == "allowed" else self._denied_hosts
+            if where in kept or len(kept) < HOSTS_KEPT:
+                kept.add(where)
+            else:
+                self._counts["hosts_not_kept"] += 1
 
     def _clean(self, text: str | None) -> str | None:
         if text is None:

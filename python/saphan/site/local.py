@@ -76,7 +76,7 @@ def not_restricted(mechanism: str, network: str) -> str | None:
     parts = list(NOT_RESTRICTED.get(mechanism, ()))
     if not parts:
         return None
-    if network != "off":
+    if network not in ("off", "egress"):
         parts.insert(1, NETWORK_NOT_RESTRICTED)
     listed = (" and ".join(parts) if len(parts) <= 2
               else ", ".join(parts[:-1]) + ", and " + parts[-1])
@@ -225,7 +225,8 @@ class LocalSite:
             return_path=str(out_dir),
             session_dirs=adapter.session_dirs(),
             read_denials=(str(ws.key_path), str(ws.config_path), *_identity_files(ctx),
-                          *_store_paths(ctx), *adapter.read_denials()),
+                          *_store_paths(ctx), *adapter.read_denials(),
+                          *(self.cut.read_denials() if self.cut is not None else ())),
             hidden_dirs=_hidden_workspaces(ws.home),
             readonly_paths=(*protected.carve_outs(wd, allowed, self.extra_protected),
                             *adapter.exposed_paths()),
@@ -233,6 +234,8 @@ class LocalSite:
             network=self.network,
         )
         if self.cut is not None:
+            self.cut.check_apart(policy.writable_dirs,
+                                 pc.source if pc is not None and pc.egress_policy else None)
             self.cut.door_dir = str(run_dir / "door")
             os.mkdir(self.cut.door_dir, 0o700)
             policy = replace(policy, door_dir=self.cut.door_dir)
