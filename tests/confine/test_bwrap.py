@@ -81,6 +81,23 @@ def test_an_egress_run_is_cut_and_gets_the_doors_directory_read_only() -> None:
     assert bridge_args(HIDDEN_POLICY) == []
 
 
+def test_around_a_self_confined_tool_only_namespaces_hiding_and_denials() -> None:
+    policy = replace(HIDDEN_POLICY, network="egress", door_dir="/ws/runs/R/door",
+                     read_denials=("/etc/saphan-test-missing-secret",))
+    argv = bwrap.render_cut_around(policy, "/usr/bin/bwrap")
+    assert argv[:4] == ["/usr/bin/bwrap", "--bind", "/", "/"]
+    hide = _index(argv, "--perms", "0700", "--tmpfs", "/ws")
+    assert hide < _index(argv, "--bind", "/ws/runs/R/out", "/ws/runs/R/out")
+    assert hide < _index(argv, "--ro-bind", "/ws/runs/R/door", "/ws/runs/R/door") \
+        < _index(argv, "--remount-ro", "/ws")
+    assert _index(argv, "--ro-bind", "/dev/null", "/etc/saphan-test-missing-secret") > hide
+    assert argv[-8:] == ["--unshare-user", "--unshare-pid", "--unshare-net", "--proc", "/proc",
+                         "--die-with-parent", "--chdir", "/w/repo", "--"][-8:]
+    assert "--unshare-net" in argv
+    # the tool's own sandbox keeps the writes, and makes namespaces inside
+    assert "--cap-drop" not in argv and "--ro-bind" not in argv[:4]
+
+
 def test_read_denials_are_the_last_word_about_their_path(tmp_path: Path) -> None:
     secret_file = tmp_path / "record.key"
     secret_file.write_text("k")

@@ -65,7 +65,9 @@ def test_the_jail_gets_the_door_with_its_token_and_a_placeholder_never_the_secre
     assert "OPENAI_API_KEY" not in env  # every provider variable goes
     assert SECRET not in repr(env) and SECRET not in repr(c)
     assert c.token not in repr(c) and c.placeholder not in repr(c)
-    assert set(c.variables()) == {*cut.PROXY_VARS, *cut.NO_PROXY_VARS, "ANTHROPIC_API_KEY"}
+    assert set(c.variables()) == {*cut.PROXY_VARS, *cut.NO_PROXY_VARS, "ANTHROPIC_API_KEY",
+                                  cut.PLACEHOLDER_VAR}
+    assert env[cut.PLACEHOLDER_VAR] == c.placeholder
     rec = c.record()
     assert rec["agent_credential"] == cut.NO_PROVIDER_KEY
     assert SECRET not in repr(rec) and c.token not in repr(rec)

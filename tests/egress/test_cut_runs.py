@@ -320,6 +320,20 @@ def test_a_policy_the_run_could_rewrite_is_refused(saphan_sqlite: Saphan,
     assert "which this run may write" in rec["refusal"]["message"]
 
 
+def test_a_cut_codex_run_without_a_codex_route_is_refused(
+        saphan_sqlite: Saphan, codex_bin: str, codex_home: str, tmp_path: Path) -> None:
+    s = saphan_sqlite
+    _local(s, "cx", "codex")
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    r = s("run", "--machine", "here", "--slot", "cx", "--workdir", str(wd), "--prompt", "p",
+          "--egress-policy", _policy(tmp_path, []), "--json",
+          env=s.env(CODEX_HOME=codex_home, OPENAI_API_KEY="sk-unused-0123456789abcdef",
+                    SAPHAN_CODEX_BIN=codex_bin))
+    rec = _refused(r, "policy-invalid")
+    assert '"tool": "codex"' in rec["refusal"]["message"]
+
+
 def test_a_route_secret_missing_is_refused_before_the_seat(saphan_sqlite: Saphan,
                                                            tmp_path: Path) -> None:
     s = saphan_sqlite

@@ -73,6 +73,30 @@ def render_outer(policy: Policy, bwrap: str = "bwrap",
     return argv + _tail(policy)
 
 
+def render_cut_around(policy: Policy, bwrap: str = "bwrap") -> list[str]:
+    """Namespaces around a tool that confines itself (Codex) on an egress
+    run: the filesystem as it is (its own sandbox keeps the writes), except
+    saphan's workspaces hidden (the run's own paths bound back, the door's
+    directory read-only: nothing of the tool's rewrites the run's audit log
+    or record) and the read denials; a network namespace of its own (the
+    door's bridge on its loopback), its own user and PID namespaces. No
+    capability drop and no new session: the tool's sandbox makes its own
+    namespaces inside (measured: Codex's still refuses writes outside and
+    the model's sockets, nested)."""
+    argv = [bwrap, "--bind", "/", "/", *_hide(policy.hidden_dirs)]
+    argv += _bind_back(policy, policy.hidden_dirs, NO_FDS)
+    if policy.door_dir:
+        argv += ["--ro-bind", policy.door_dir, policy.door_dir]
+    argv += ["--dev-bind", "/dev", "/dev"]
+    for d in policy.hidden_dirs:
+        argv += ["--remount-ro", d]
+    for path in policy.read_denials:
+        argv += (["--tmpfs", path, "--remount-ro", path] if os.path.isdir(path)
+                 else ["--ro-bind", "/dev/null", path])
+    return [*argv, "--unshare-user", "--unshare-pid", "--unshare-net", "--proc", "/proc",
+            "--die-with-parent", "--chdir", policy.workdir, "--"]
+
+
 def _devices(policy: Policy) -> list[str]:
     """The bind of / is nodev: a device is usable only when bound again with
     --dev-bind (absent devices, e.g. no /dev/tty, are skipped)."""

@@ -245,23 +245,14 @@ def bridge_args(policy: Policy) -> list[str]:
 
 def cut_around(boundary: Boundary, policy: Policy) -> Boundary:
     """A tool that confines itself (Codex), cut: the same boundary inside a
-    bubblewrap that adds only namespaces — its own network (only loopback,
-    the door's bridge on it), user and PID — and binds the whole filesystem
-    as it is (the tool's own sandbox keeps the writes, as without a cut).
-    Codex's sandbox still confines the model's commands nested in it
-    (measured: writes outside refused, a socket EPERM)."""
+    bubblewrap that adds namespaces — its own network (only loopback, the
+    door's bridge on it), user and PID — and hides saphan's workspaces and
+    the read denials, the rest of the filesystem as it is (the tool's own
+    sandbox keeps the writes, as without a cut): bwrap.render_cut_around."""
     b = usable_bwrap(unshare_net=True, egress=True)
     if boundary.prefix[-1:] != ["--"]:
         raise RuntimeError("a vendor boundary's prefix ends with its reaper's `--`")
-    # The policy's read denials hold for the codex process too (a route's
-    # secret file, the tool's stored login: what would be a key it holds).
-    denied: list[str] = []
-    for path in policy.read_denials:
-        denied += (["--tmpfs", path, "--remount-ro", path] if os.path.isdir(path)
-                   else ["--ro-bind", "/dev/null", path])
-    outer = [b.exe, "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
-             *denied, "--unshare-user", "--unshare-pid", "--unshare-net", "--die-with-parent",
-             "--chdir", policy.workdir, "--"]
+    outer = bwrap.render_cut_around(policy, b.exe)
     return replace(boundary, prefix=[*outer, *boundary.prefix[:-1], *bridge_args(policy), "--"],
                    extra={**boundary.extra, "network_cut_by": {
                        "mechanism": "bubblewrap", "version": b.version, "executable": b.exe,

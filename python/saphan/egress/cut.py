@@ -45,6 +45,10 @@ DOOR_PORT, SOCKET_NAME = DOOR_PORT, DOOR_SOCKET
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy",
               "all_proxy")
 NO_PROXY_VARS = ("NO_PROXY", "no_proxy")
+#: the run's placeholder, for a command that uses a credential route itself
+#: (``curl -H "Authorization: Bearer $SAPHAN_EGRESS_PLACEHOLDER"
+#: http://127.0.0.1:3128/<route>/…``); set only when the policy has routes
+PLACEHOLDER_VAR = "SAPHAN_EGRESS_PLACEHOLDER"
 #: a tool's key variables by the header its route carries the secret in
 #: (Codex: its pinned provider's env_key, :attr:`Cut.key_var`)
 _KEY_VARS = {
@@ -143,6 +147,14 @@ class Cut:
         """A route serving this run's tool leads where the slot (or lane)
         says, in the shape the tool sends its key."""
         route = self.route
+        if route is None and self.tool == "codex":
+            raise refusals.policy_invalid(
+                f"egress policy {self.policy.source} has no route with \"tool\": \"codex\": a "
+                "cut Codex run reaches its provider only through a credential route (it "
+                "would retry a denied endpoint until its time limit)",
+                "add a route for codex whose upstream is the slot's endpoint (`saphan egress "
+                "check FILE` shows the routes)",
+            )
         if route is None:
             return
         endpoint, shapes = _tool_endpoint(adapter)
@@ -251,7 +263,9 @@ class Cut:
 
     def variables(self) -> tuple[str, ...]:
         """The names this cut sets in the jail's environment."""
-        return (*PROXY_VARS, *NO_PROXY_VARS, *((self.key_var,) if self.key_var else ()))
+        return (*PROXY_VARS, *NO_PROXY_VARS,
+                *((PLACEHOLDER_VAR,) if self.policy.routes else ()),
+                *((self.key_var,) if self.key_var else ()))
 
     def read_secrets(self, env: Mapping[str, str]) -> None:
         """Every route's secret, read now (before the seat: a missing one is
@@ -269,6 +283,8 @@ class Cut:
         proxy = f"http://saphan:{self.token}@127.0.0.1:{DOOR_PORT}"
         out.update({name: proxy for name in PROXY_VARS})
         out.update({name: "" for name in NO_PROXY_VARS})
+        if self.policy.routes:
+            out[PLACEHOLDER_VAR] = self.placeholder
         route = self.route
         if route is not None:
             for name in (*_PROVIDER_VARS, *((self.key_var,) if self.key_var else ())):
