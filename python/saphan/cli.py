@@ -682,10 +682,6 @@ def run(
         # click leaves `--wait=-1`'s value on the command line: a negative wait, not a command
         raise click.BadParameter(f"{command[0]!r}: give seconds 0..{MAX_WAIT:.0f} (--wait=SECS)",
                                  param_hint="'--wait'")
-    if egress_policy is not None:
-        from saphan.egress.cut import prefetch_door
-
-        prefetch_door()
     engine = _engine(ctx)
     request = None
     if any(v is not None for v in (prompt, prompt_file, model, permission_class, resume, lane,

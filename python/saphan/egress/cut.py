@@ -64,21 +64,6 @@ NO_PROVIDER_KEY = ("the agent held no provider key: only a per-run placeholder, 
                    "checked and replaced with the real secret on the upstream leg")
 
 
-def prefetch_door() -> None:
-    """Import the door (asyncio and ssl: ~25 ms) on a thread of its own, so
-    it overlaps what the run waits on before the door must listen (the
-    store's commits, bubblewrap's trial) instead of adding to it. Once."""
-    import importlib
-    import sys
-    import threading
-
-    if "saphan.egress.door" in sys.modules or any(
-            t.name == "saphan-door-import" for t in threading.enumerate()):
-        return
-    threading.Thread(target=importlib.import_module, args=("saphan.egress.door",),
-                     name="saphan-door-import", daemon=True).start()
-
-
 def refuse_unless_cuttable(*, tool: str, mechanism: str, where: str) -> None:
     """The refusal for a run whose path cannot carry an egress policy."""
     if mechanism == "landlock" or where != "local":

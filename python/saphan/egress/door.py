@@ -19,7 +19,6 @@ placeholder or a secret), and :meth:`Door.stop` returns a summary.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import contextlib
@@ -29,15 +28,22 @@ import json
 import os
 import re
 import socket
-import ssl
 import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 from saphan.timefmt import now_iso
+
+if TYPE_CHECKING:
+    # Imported on the door's own thread (:meth:`Door._run`): asyncio and ssl
+    # cost ~25 ms, which would otherwise sit on every cut run's start-up path
+    # (the socket listens before the thread starts: a connection waits in
+    # its backlog meanwhile).
+    import asyncio
+    import ssl
 
 #: the longest request head read (request line and headers)
 HEAD_MAX = 64 * 1024
@@ -353,7 +359,7 @@ class _Denied(Exception):
         self.verdict = verdict
 
 
-class _Side(asyncio.Protocol):
+class _Side:  # an asyncio protocol (duck-typed: asyncio is imported on the door's thread)
     """One socket of a connection (the client's or the upstream's): it
     gathers what arrives until it is relayed, then passes each read straight
     to its peer's transport, pausing when the peer's buffer is full."""
@@ -489,6 +495,7 @@ class Door:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
+        self._stop_requested = threading.Event()
         self._failure: BaseException | None = None
         self._stopping: asyncio.Event | None = None
         self._active: set[asyncio.Task[None]] = set()
@@ -514,26 +521,29 @@ class Door:
         except OSError:
             self._unlink(sock)
             raise
-        self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, args=(sock,), name="saphan-door",
                                         daemon=True)
         self._thread.start()
-        self._ready.wait()
-        if self._failure is not None:
-            self._thread.join(STOP_WAIT)
-            self._close_audit()
-            raise OSError(f"the door did not start: {self._failure}") from self._failure
+        # Not waiting for the loop: the socket listens already, and a client
+        # (the bridge's check first) waits in its backlog until it serves.
 
     def stop(self) -> dict[str, Any]:
         """Close the listener and every connection, join the thread (bounded),
         return the summary. Idempotent."""
         if self._summary is not None:
             return self._summary
+        self._stop_requested.set()  # seen by a loop not made yet (_serve)
         loop, thread = self._loop, self._thread
-        if loop is not None and thread is not None and thread.is_alive():
-            with contextlib.suppress(RuntimeError):  # the loop ended on its own
-                loop.call_soon_threadsafe(self._signal_stop)
-            thread.join(STOP_WAIT)
+        if thread is not None and thread.is_alive():
+            if loop is not None:
+                with contextlib.suppress(RuntimeError):  # the loop ended on its own
+                    loop.call_soon_threadsafe(self._signal_stop)
+                thread.join(STOP_WAIT)
+            else:
+                # Still importing its modules: nothing was served (a run as
+                # short as `true`). The thread ends by itself on seeing the
+                # request; not waited for, its socket file removed here.
+                self._remove_socket_file()
         self._close_audit()
         self._summary = self._summarize()
         return self._summary
@@ -547,6 +557,7 @@ class Door:
             # before listen(): nobody can connect until the mode is 0600
             os.chmod(self.socket_path, 0o600)
             sock.setblocking(False)
+            sock.listen(128)
         except OSError:
             self._unlink(sock)
             raise
@@ -555,6 +566,9 @@ class Door:
     def _unlink(self, sock: socket.socket) -> None:
         """Close ``sock`` and remove its file, if the file is still ours."""
         sock.close()
+        self._remove_socket_file()
+
+    def _remove_socket_file(self) -> None:
         with contextlib.suppress(OSError):
             st = os.lstat(self.socket_path)
             if stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == self._sock_ino:
@@ -573,7 +587,9 @@ class Door:
             self._audit_file = None
 
     def _summarize(self) -> dict[str, Any]:
-        return {**self._counts,
+        failed = {"door_failed": f"{type(self._failure).__name__}: {self._failure}"} \
+            if self._failure is not None else {}
+        return {**self._counts, **failed,
                 "hosts": sorted(self._hosts)[:LIST_MAX],
                 "denied_hosts": sorted(self._denied_hosts)[:LIST_MAX],
                 "audit_log": self.audit_path}
@@ -581,8 +597,11 @@ class Door:
     # -- the loop's thread ----------------------------------------------------
 
     def _run(self, sock: socket.socket) -> None:
-        loop = self._loop
-        assert loop is not None
+        global asyncio, ssl
+        import asyncio
+        import ssl
+
+        self._loop = loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(self._serve(sock))
@@ -599,8 +618,11 @@ class Door:
 
     async def _serve(self, sock: socket.socket) -> None:
         self._stopping = asyncio.Event()
+        if self._stop_requested.is_set():  # stop() came before this loop was made
+            self._stopping.set()
         loop = asyncio.get_running_loop()
-        server = await loop.create_unix_server(lambda: _Side(self._accepted), sock=sock)
+        server = await loop.create_unix_server(
+            lambda: cast("asyncio.Protocol", _Side(self._accepted)), sock=sock)
         self._ready.set()
         await self._stopping.wait()
         server.close()
@@ -750,8 +772,9 @@ class Door:
             try:
                 async with asyncio.timeout(UPSTREAM_TIMEOUT):
                     _, up = await loop.create_connection(
-                        lambda: _Side(), address, port, ssl=tls, server_hostname=server_hostname)
-                return up
+                        lambda: cast("asyncio.Protocol", _Side()), address, port, ssl=tls,
+                        server_hostname=server_hostname)
+                return cast(_Side, up)
             except (OSError, TimeoutError, ssl.SSLError) as e:
                 failure = type(e).__name__
         # the policy let it through; the upstream failed

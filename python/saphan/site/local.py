@@ -453,7 +453,6 @@ def _cut(request: AgentRequest | None, pc: PermissionClass | None, adapter: Adap
     cut.refuse_unless_cuttable(tool=adapter.tool, mechanism=mechanism, where="local")
     made = cut.Cut(policy.load(path), tool=adapter.tool,
                    routes_only=pc is not None and pc.network == "off")
-    cut.prefetch_door()
     if made.routes_only and adapter.tool in ("claude", "loop") and made.route is None:
         raise refusals.network_posture_unenforceable(
             f"the permission class says `network: off`, so the door of egress policy {path} "
