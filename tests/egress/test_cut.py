@@ -5,6 +5,8 @@ slot says. The cut on real runs: tests/egress/test_cut_runs.py."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,6 +73,19 @@ def test_the_jail_gets_the_door_with_its_token_and_a_placeholder_never_the_secre
     rec = c.record()
     assert rec["agent_credential"] == cut.NO_PROVIDER_KEY
     assert SECRET not in repr(rec) and c.token not in repr(rec)
+
+
+def test_a_stored_claude_key_the_jail_can_read_is_named_on_the_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
+    c = _cut()
+    assert c.stored_keys() == []
+    (tmp_path / ".claude.json").write_text(json.dumps({"primaryApiKey": "sk-ant-stored"}))
+    [note] = c.stored_keys()
+    assert "primaryApiKey" in note and "sk-ant-stored" not in note
+    assert c.record()["agent_credential_readable"] == [note]
+    assert _cut("command").stored_keys() == []
 
 
 def test_two_runs_get_different_tokens_and_placeholders() -> None:

@@ -166,7 +166,8 @@ def test_claude_reaches_its_model_only_through_the_door_and_never_holds_the_key(
     assert watch.found.get("pids", 0) >= 1, watch.found
     assert watch.found["placeholder"] >= 1, watch.found
     assert watch.found["secret"] == 0, watch.found
-    assert rec["egress"]["agent_credential"].startswith("the agent held no provider key")
+    assert rec["egress"]["agent_credential"].startswith("the agent was given no provider key")
+    assert "agent_credential_readable" not in rec["egress"]
     assert rec["endpoint"].startswith("http://127.0.0.1:3128/anthropic")
     assert rec["auth"]["credential"].startswith("egress route anthropic")
     summary = rec["egress"]["door"]["summary"]
@@ -222,7 +223,7 @@ def test_codex_is_cut_around_its_own_sandbox_and_never_holds_the_key(
     assert enforced["mechanism"] == "vendor:codex"
     assert enforced["network_cut_by"]["mechanism"] == "bubblewrap"
     assert "--unshare-net" in rec["boundary_argv"]
-    assert rec["egress"]["agent_credential"].startswith("the agent held no provider key")
+    assert rec["egress"]["agent_credential"].startswith("the agent was given no provider key")
     assert any("http://127.0.0.1:3128/openai" in p for p in enforced["pinned_settings"])
     assert REAL not in json.dumps(rec)
 
@@ -259,5 +260,5 @@ def test_the_loop_reaches_its_lane_only_through_the_door_with_a_placeholder(
     assert headers and all(h.get("Authorization") == f"Bearer {LANE_REAL}" for h in headers)
     assert "environ=0 cmdline=0" in results and "env=0" in results, results
     assert rec["lane"]["base_url"] == "http://127.0.0.1:3128/lane"
-    assert rec["egress"]["agent_credential"].startswith("the agent held no provider key")
+    assert rec["egress"]["agent_credential"].startswith("the agent was given no provider key")
     assert LANE_REAL not in json.dumps(rec)

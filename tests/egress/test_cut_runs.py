@@ -318,6 +318,16 @@ def test_a_policy_the_run_could_rewrite_is_refused(saphan_sqlite: Saphan,
           "--egress-policy", pol, "--json", "--", "true")
     rec = _refused(r, "policy-invalid")
     assert "which this run may write" in rec["refusal"]["message"]
+    # a class in the workdir, the policy outside: the class's network posture
+    # decides whether the door answers CONNECT at all (review: run 1 opened it)
+    outside = tmp_path.parent / f"{tmp_path.name}-policy.json"
+    outside.write_text(json.dumps({"schema": 1, "allow": []}))
+    pc = tmp_path / "class.json"
+    pc.write_text(json.dumps({"schema": 2, "allowed_commands": ["true"], "network": "off"}))
+    r = s("run", "--machine", "here", "--slot", "s1", "--workdir", str(tmp_path),
+          "--permission-class", str(pc), "--egress-policy", str(outside), "--json", "--", "true")
+    rec = _refused(r, "policy-invalid")
+    assert "the run's permission class" in rec["refusal"]["message"]
 
 
 def test_a_cut_codex_run_without_a_codex_route_is_refused(

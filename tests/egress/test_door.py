@@ -707,3 +707,76 @@ def test_route_with_a_big_body_and_a_big_answer(harness: Harness, upstream_addr:
         assert up.received == [body]
     finally:
         up.close()
+
+
+# -- what a route never forwards, and an answer that echoes the secret ----------
+
+
+def echo_head(conn: socket.socket, up: Upstream) -> None:
+    """An upstream that echoes the request head (TRACE-like, or a debug
+    endpoint): it sends the secret the door added back — in two chunks split
+    inside the secret, as a stream may."""
+    head, _ = recv_head(conn)
+    up.received.append(head)
+    body = head + b"\r\n\r\n"
+    cut = body.index(SECRET.encode()) + 5
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                 % len(body) + body[:cut])
+    time.sleep(0.2)
+    conn.sendall(body[cut:])
+
+
+def test_an_answer_holding_the_secret_is_cut_before_it_reaches_the_jail(
+        harness: Harness, upstream_addr: str) -> None:
+    up = Upstream(upstream_addr, echo_head)
+    try:
+        harness.start(routes=(api_route(up),))
+        s, answer, rest = harness.request(
+            f"GET /api/v1/echo HTTP/1.1\r\nHost: x\r\nX-Api-Key: {PLACEHOLDER}\r\n"
+            "Accept-Encoding: gzip\r\n\r\n")
+        got = answer + rest + recv_all(s)
+        assert SECRET.encode() not in got
+        assert SECRET.encode()[:5] in got  # the part before the split passed: no more
+        # asked uncompressed, so the answer can be searched
+        assert b"Accept-Encoding: identity" in up.received[0]
+        assert b"gzip" not in up.received[0]
+    finally:
+        up.close()
+    harness.stop()
+    [line] = harness.audit()
+    assert line["verdict"] == "denied" and "held the route's secret" in line["reason"]
+
+
+@pytest.mark.parametrize("method", ["TRACE", "TRACK", "PROPFIND"])
+def test_a_route_forwards_only_ordinary_methods(harness: Harness, http_upstream: Upstream,
+                                                method: str) -> None:
+    harness.start(routes=(api_route(http_upstream),))
+    _, answer, _ = harness.request(
+        f"{method} /api/v1 HTTP/1.1\r\nHost: x\r\nX-Api-Key: {PLACEHOLDER}\r\n\r\n")
+    assert status_of(answer) in (400, 405) and http_upstream.received == []
+
+
+@pytest.mark.parametrize("path", ["/api/..%2fadmin", "/api/%2e%2e%2fadmin", "/api/..;/admin",
+                                  "/api/%252e%252e/admin", "/api/a%5c..%5cadmin"])
+def test_a_route_path_cannot_climb_out_of_its_base(harness: Harness, http_upstream: Upstream,
+                                                   path: str) -> None:
+    harness.start(routes=(api_route(http_upstream),))
+    _, answer, _ = harness.request(
+        f"GET {path} HTTP/1.1\r\nHost: x\r\nX-Api-Key: {PLACEHOLDER}\r\n\r\n")
+    assert status_of(answer) == 400 and http_upstream.received == []
+
+
+@pytest.mark.parametrize("framing", [
+    "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n",
+    "Transfer-Encoding: chunked, identity\r\n",
+    "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+    "Content-Length: 4\r\nContent-Length: 5\r\n",
+    "Content-Length: +4\r\n",
+])
+def test_a_route_body_has_one_unambiguous_framing(harness: Harness, http_upstream: Upstream,
+                                                  framing: str) -> None:
+    harness.start(routes=(api_route(http_upstream),))
+    _, answer, _ = harness.request(
+        f"POST /api/v1 HTTP/1.1\r\nHost: x\r\nX-Api-Key: {PLACEHOLDER}\r\n{framing}\r\n"
+        "0\r\n\r\nGET /admin HTTP/1.1\r\nHost: internal\r\n\r\n")
+    assert status_of(answer) == 400 and http_upstream.received == []

@@ -79,10 +79,12 @@ def render_cut_around(policy: Policy, bwrap: str = "bwrap") -> list[str]:
     saphan's workspaces hidden (the run's own paths bound back, the door's
     directory read-only: nothing of the tool's rewrites the run's audit log
     or record) and the read denials; a network namespace of its own (the
-    door's bridge on its loopback), its own user and PID namespaces. No
-    capability drop and no new session: the tool's sandbox makes its own
-    namespaces inside (measured: Codex's still refuses writes outside and
-    the model's sockets, nested)."""
+    door's bridge on its loopback), its own user and PID namespaces, a new
+    session (no TIOCSTI into the operator's terminal). Capabilities are
+    dropped but for the three the tool's own sandbox needs to map its uids
+    inside (SETUID, SETGID, SETFCAP: measured with Codex's bubblewrap): with
+    all of them (saphan as root) the tool could unmount the hiding and the
+    denials, or ptrace the launcher (review: measured)."""
     argv = [bwrap, "--bind", "/", "/", *_hide(policy.hidden_dirs)]
     argv += _bind_back(policy, policy.hidden_dirs, NO_FDS)
     if policy.door_dir:
@@ -93,8 +95,10 @@ def render_cut_around(policy: Policy, bwrap: str = "bwrap") -> list[str]:
     for path in policy.read_denials:
         argv += (["--tmpfs", path, "--remount-ro", path] if os.path.isdir(path)
                  else ["--ro-bind", "/dev/null", path])
-    return [*argv, "--unshare-user", "--unshare-pid", "--unshare-net", "--proc", "/proc",
-            "--die-with-parent", "--chdir", policy.workdir, "--"]
+    return [*argv, "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+            "--cap-add", "CAP_SETFCAP", "--unshare-user", "--unshare-pid", "--unshare-net",
+            "--proc", "/proc", "--die-with-parent", "--new-session", "--chdir", policy.workdir,
+            "--"]
 
 
 def _devices(policy: Policy) -> list[str]:

@@ -59,9 +59,14 @@ _KEY_VARS = {
 #: routed run's jail (the served tool gets its one variable back, the placeholder)
 _PROVIDER_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
                   "OPENAI_API_KEY", "CODEX_API_KEY")
-#: what the record says of the agent's credential when a route serves it
-NO_PROVIDER_KEY = ("the agent held no provider key: only a per-run placeholder, which the door "
-                   "checked and replaced with the real secret on the upstream leg")
+#: what the record says of the agent's credential when a route serves it:
+#: what saphan did and checked, no more (a key stored in a file the user can
+#: read elsewhere stays readable: reads are not restricted)
+NO_PROVIDER_KEY = ("the agent was given no provider key: its key variable holds a per-run "
+                   "placeholder, which the door checked and replaced with the real secret on "
+                   "the upstream leg; every provider key variable was removed from the jail, "
+                   "and the route's secret files and the tool's stored login are unreadable "
+                   "in it")
 
 
 def refuse_unless_cuttable(*, tool: str, mechanism: str, where: str) -> None:
@@ -233,7 +238,7 @@ class Cut:
         named = [("egress policy", self.policy.source),
                  *(("the route secret file", r.secret_file) for r in self.policy.routes
                    if r.secret_file is not None),
-                 *((("the permission class naming it", class_source),) if class_source else ())]
+                 *((("the run's permission class", class_source),) if class_source else ())]
         for what, path in named:
             real = os.path.realpath(path)
             inside = next((w for w in writable
@@ -316,7 +321,32 @@ class Cut:
                               "serves only its credential routes")
         if self.route is not None:
             out["agent_credential"] = NO_PROVIDER_KEY
+            stored = self.stored_keys()
+            if stored:
+                out["agent_credential_readable"] = stored
         return out
+
+    def stored_keys(self) -> list[str]:
+        """Keys the served tool keeps where the jail can still read them
+        (the record says so; saphan does not rewrite the tool's config)."""
+        if self.route is None or self.tool != "claude":
+            return []
+        import json
+
+        from saphan.tools.claude import config_home
+
+        found = []
+        for path in {os.path.join(config_home(), ".claude.json"),
+                     os.path.expanduser("~/.claude.json")}:
+            try:
+                with open(path, "rb") as f:
+                    data = json.loads(f.read(1 << 22))
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and data.get("primaryApiKey"):
+                found.append(f"{path} holds a stored API key (primaryApiKey), readable in the "
+                             "jail: remove it (`claude /logout`) for the run to hold none")
+        return sorted(found)
 
     def network_note(self) -> str:
         connect = ("only the credential routes" if self.routes_only or not self.policy.allow

@@ -63,6 +63,8 @@ STOP_WAIT = 10.0
 FIELD_MAX = 255
 #: the most hosts listed in the summary (each list)
 LIST_MAX = 50
+#: what a route forwards (TRACE/TRACK would echo the secret the door adds)
+ROUTE_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 #: distinct hosts kept while the door runs (each list), and audit lines
 #: written: past them a hostile jail grows neither saphan's memory nor its
 #: disk — the rest is counted (``hosts_not_kept``, ``audit_lines_suppressed``)
@@ -319,7 +321,26 @@ def _split_route(path: str) -> tuple[str, str]:
     # the route's base path is the upstream's: no climbing out of it
     if "." in lowered or ".." in lowered:
         raise _BadRequest(400, "dot segments in a route path")
+    # nor by what a decoding upstream turns into a separator or a dot segment
+    # (`..%2f`, `%252e`, `..;`, a backslash)
+    if any(bad in path_only.lower() for bad in ("%2f", "%5c", "%25", ";", "\\")):
+        raise _BadRequest(400, "an encoded separator, '%25', ';' or '\\' in a route path")
     return name, slash + rest + q + query
+
+
+def _check_framing(head: _Head) -> None:
+    """One unambiguous body framing (RFC 9112 §6.1): the door relays the body
+    raw, so a Content-Length next to a Transfer-Encoding, a coding other than
+    one `chunked`, or two different lengths would let the upstream read a
+    second request the door never looked at."""
+    te = head.values("transfer-encoding")
+    cl = head.values("content-length")
+    if te and cl:
+        raise _Denied(400, "both Content-Length and Transfer-Encoding")
+    if te and (len(te) != 1 or te[0].strip().lower() != "chunked"):
+        raise _Denied(400, "a Transfer-Encoding other than one `chunked`")
+    if cl and (len(set(cl)) != 1 or not cl[0].isdigit()):
+        raise _Denied(400, "a malformed or repeated Content-Length")
 
 
 def _response(status: int, reason: str, extra: str = "") -> bytes:
@@ -369,7 +390,7 @@ class _Side:  # an asyncio protocol (duck-typed: asyncio is imported on the door
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set on connection
         self.buffer = bytearray()
         self.peer: _Side | None = None
-        self.counted: Callable[[bytes], None] | None = None
+        self.counted: Callable[[bytes], bool] | None = None
         #: set on any change (data, end, loss): what a waiting task wakes on
         self.changed = asyncio.Event()
         #: nothing more will be read (EOF, or the connection is gone)
@@ -395,8 +416,8 @@ class _Side:  # an asyncio protocol (duck-typed: asyncio is imported on the door
 
     def data_received(self, data: bytes) -> None:
         if self.peer is not None:
-            if self.counted is not None:
-                self.counted(data)
+            if self.counted is not None and not self.counted(data):
+                return  # cut: not passed on
             self.peer.send(data)
             return
         seen = len(self.buffer)
@@ -455,7 +476,7 @@ class _Side:  # an asyncio protocol (duck-typed: asyncio is imported on the door
         if not self.transport.is_closing() and self.transport.can_write_eof():
             self.transport.write_eof()
 
-    def relay(self, peer: _Side, counted: Callable[[bytes], None], changed: asyncio.Event) -> None:
+    def relay(self, peer: _Side, counted: Callable[[bytes], bool], changed: asyncio.Event) -> None:
         """From now on what arrives goes to ``peer`` (``counted`` first)."""
         self.peer, self.counted, self.changed = peer, counted, changed
 
@@ -794,6 +815,10 @@ class Door:
         found = self._routes.get(name)
         if found is None:
             raise _Denied(404, "no such route")
+        if head.method not in ROUTE_METHODS:
+            # TRACE echoes the request — the secret the door adds — back
+            raise _Denied(405, f"method {head.method} is not forwarded on a route")
+        _check_framing(head)
         route, up_url = found
         rec.host, rec.port = up_url.host, up_url.port
         values = head.values(route.header.lower())
@@ -808,8 +833,9 @@ class Door:
         sides.append(up)
         rec.verdict = "allowed"
         first = self._forward_head(head, route, up_url, path) + rest
-        await self._splice(client, up, rec, first, route=True)
-        if rec.down == 0:
+        await self._splice(client, up, rec, first, route=True,
+                           secret=route.secret.encode("latin-1"))
+        if rec.down == 0 and rec.verdict == "allowed":
             rec.reason = "the upstream closed without an answer"
             rec.status = 502
             client.send(_response(502, rec.reason))
@@ -823,26 +849,43 @@ class Door:
             low = k.lower()
             if low == route.header.lower():
                 lines.append(f"{k}: {route.prefix}{route.secret}")
-            elif low not in _DROPPED:
+            elif low not in _DROPPED and low != "accept-encoding":
                 lines.append(f"{k}: {v}")
+        # uncompressed, so the answer can be searched for the secret (_splice)
+        lines.append("Accept-Encoding: identity")
         lines.append("Connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
     # -- splicing ----------------------------------------------------------------
 
     async def _splice(self, client: _Side, up: _Side, rec: _Record, first: bytes, *,
-                      route: bool) -> None:
+                      route: bool, secret: bytes = b"") -> None:
         """Bytes both ways, half-closes passed on; done when both ways end
         (CONNECT) or when the upstream's answer ends (a route: the upstream
-        was told Connection: close)."""
+        was told Connection: close). A route's answer that holds its secret
+        (an upstream echoing the request) is cut before those bytes reach
+        the jail."""
+        tail = b""
 
-        def went_up(data: bytes) -> None:
+        def went_up(data: bytes) -> bool:
             rec.up += len(data)
+            return True
 
-        def went_down(data: bytes) -> None:
+        def went_down(data: bytes) -> bool:
+            nonlocal tail
             if rec.status is None:  # a route: the upstream's answer is what was sent
                 rec.status = _status_line(data)
+            if secret:
+                window = tail + data
+                if secret in window:
+                    rec.verdict = "denied"
+                    rec.reason = "the upstream's answer held the route's secret: cut"
+                    client.transport.abort()
+                    up.transport.abort()
+                    return False
+                tail = window[-(len(secret) - 1):]
             rec.down += len(data)
+            return True
 
         changed = asyncio.Event()
         client.relay(up, went_up, changed)

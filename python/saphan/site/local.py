@@ -234,8 +234,9 @@ class LocalSite:
             network=self.network,
         )
         if self.cut is not None:
-            self.cut.check_apart(policy.writable_dirs,
-                                 pc.source if pc is not None and pc.egress_policy else None)
+            # the class too, whether or not it names the policy: its network
+            # posture decides whether the door answers CONNECT at all
+            self.cut.check_apart(policy.writable_dirs, pc.source if pc is not None else None)
             self.cut.door_dir = str(run_dir / "door")
             os.mkdir(self.cut.door_dir, 0o700)
             policy = replace(policy, door_dir=self.cut.door_dir)
