@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -58,20 +58,6 @@ fn reap_python(spec: &str, script: &str, args: &[&str]) -> Output {
     let mut argv = vec!["reap", "--bridge", spec, "--", "python3", "-c", script];
     argv.extend(args);
     run(&argv)
-}
-
-/// Runs the launcher through `/bin/sh` so that descriptor 5 is a file it
-/// inherits (the status descriptor, as saphan passes it).
-fn run_with_status(status: &Path, args: &[&str]) -> Output {
-    let mut sh_args = vec![
-        "-c".to_owned(),
-        "s=$1; shift; exec \"$@\" 5>\"$s\"".to_owned(),
-        "sh".to_owned(),
-        status.to_str().unwrap().to_owned(),
-        LAUNCHER.to_owned(),
-    ];
-    sh_args.extend(args.iter().map(|a| (*a).to_owned()));
-    Command::new("/bin/sh").args(&sh_args).output().unwrap()
 }
 
 const CLIENTS: &str = r#"

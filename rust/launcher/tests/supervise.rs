@@ -7,24 +7,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-
-/// Runs the launcher through `/bin/sh` so that descriptor 5 is a file the
-/// launcher inherits (without close-on-exec), as saphan passes it.
-fn run_with_status(status: &Path, args: &[&str]) -> Output {
-    let mut sh_args = vec![
-        "-c".to_owned(),
-        "s=$1; shift; exec \"$@\" 5>\"$s\"".to_owned(),
-        "sh".to_owned(),
-        status.to_str().unwrap().to_owned(),
-        LAUNCHER.to_owned(),
-    ];
-    sh_args.extend(args.iter().map(|a| (*a).to_owned()));
-    Command::new("/bin/sh").args(&sh_args).output().unwrap()
-}
 
 fn lines_of(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
