@@ -238,9 +238,9 @@ def bridge_args(policy: Policy) -> list[str]:
     jail's loopback and carries each connection to the door's socket."""
     if policy.network != "egress":
         return []
-    from saphan.confine.policy import DOOR_PORT, DOOR_SOCKET
+    from saphan.confine.policy import DOOR_PORT
 
-    return ["--bridge", f"127.0.0.1:{DOOR_PORT}={os.path.join(policy.door_dir, DOOR_SOCKET)}"]
+    return ["--bridge", f"127.0.0.1:{DOOR_PORT}={policy.door_socket}"]
 
 
 def cut_around(boundary: Boundary, policy: Policy) -> Boundary:

@@ -51,6 +51,11 @@ class Policy:
     #: what the derivation could not grant, in words, for the record
     notes: tuple[str, ...] = field(default_factory=tuple)
 
+    @property
+    def door_socket(self) -> str:
+        """An egress run's door socket (empty when the run is not cut with a door)."""
+        return f"{self.door_dir.rstrip('/')}/{DOOR_SOCKET}" if self.door_dir else ""
+
     def writable_set(self) -> list[str]:
         return [*self.writable_dirs, *self.writable_literals]
 

@@ -53,14 +53,11 @@ def _egress(policy: Policy) -> list[str]:
     loopback (macOS has no network namespace: the door listens there).
     Rendered and golden-tested only: compose refuses egress on Seatbelt
     (``egress-uncuttable``) until this profile is measured on a Mac."""
-    import os
+    from saphan.confine.policy import DOOR_PORT
 
-    from saphan.confine.policy import DOOR_PORT, DOOR_SOCKET
-
-    sock = os.path.join(policy.door_dir, DOOR_SOCKET)
     return [
         "(deny network*)",
-        f"(allow network-outbound (remote unix-socket (path-literal {_q(sock)})))",
+        f"(allow network-outbound (remote unix-socket (path-literal {_q(policy.door_socket)})))",
         f'(allow network-outbound (remote ip "localhost:{DOOR_PORT}"))',
     ]
 

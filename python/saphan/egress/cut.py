@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     from saphan.tools.adapter import Adapter
     from saphan.tools.auth import Target
 
-#: the door's port on the jail's loopback, its socket's name in :attr:`Cut.door_dir`
-DOOR_PORT, SOCKET_NAME = DOOR_PORT, DOOR_SOCKET
 #: the proxy variables every cut run gets (both spellings: curl reads only
 #: the lower-case http_proxy)
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy",
@@ -124,7 +122,7 @@ class Cut:
 
     @property
     def socket_path(self) -> str:
-        return os.path.join(self.door_dir, SOCKET_NAME)
+        return os.path.join(self.door_dir, DOOR_SOCKET)
 
     @property
     def route(self) -> RouteSpec | None:
