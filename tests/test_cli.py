@@ -20,7 +20,8 @@ import pytest
 from conftest import Result, Saphan
 
 VERBS = {
-    "": ["config", "db", "doctor", "egress", "init", "lane", "launcher", "machine", "policy", "run",
+    "": ["config", "db", "doctor", "egress", "init", "lane", "launcher", "machine", "measure-base",
+         "policy", "run",
          "runs", "slot", "worktrees"],
     "config": ["check", "show"],
     "machine": ["add", "deliver", "list", "probe-confinement", "remove", "show"],

@@ -716,6 +716,80 @@ def run(
         ctx.exit(code)
 
 
+@cli.command("measure-base", context_settings={"ignore_unknown_options": True})
+@click.option("--machine", "machine_name", required=True, help="Machine to run on.")
+@click.option("--slot", "slot_name", required=True, help="A --tool command slot on it.")
+@click.option("--repo", type=click.Path(file_okay=False), default=None,
+              help="Measure in a new linked worktree of this repository (this machine only); "
+                   "the scratch clone is made from the repository itself.")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Measure in this git working tree (head is its current content); on an SSH "
+                   "machine an absolute path there. Give --repo or --workdir.")
+@click.option("--base", "base", required=True, metavar="REV",
+              help="The base the order named: a SHA, an abbreviation of one, a branch or a tag.")
+@click.option("--expect", default=None, metavar="SHA",
+              help="The SHA the order was written against (full or abbreviated; expanded in "
+                   "the repository). Default: REV expanded when the run begins. A checkout "
+                   "that lands elsewhere (a branch that moved) is reported base not measured.")
+@click.option("--scratch", default=None, metavar="PATH",
+              help="Where the scratch clone goes, relative to the working tree; the repository "
+                   "must already ignore it (else refused: scratch-not-ignored). Default: "
+                   ".saphan-run/base-<random>, ignored through info/exclude.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the run's record (the report under \"measure\") as JSON on stdout; "
+                   "the test output then streams to stderr.")
+@click.argument("test", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_context
+def measure_base(ctx: click.Context, machine_name: str, slot_name: str, repo: str | None,
+                 workdir: str | None, base: str, expect: str | None, scratch: str | None,
+                 as_json: bool, test: tuple[str, ...]) -> None:
+    """Measure a named base commit from inside the boundary, per test:
+    saphan measure-base --machine M --slot S --workdir W --base SHA -- pytest -q
+
+    One confined run (the same pipeline, boundary and record as `saphan run`)
+    performs the design document's runbook in the working tree: 1 `git clone
+    --shared --no-checkout` into an ignored scratch path, 2 `checkout --detach
+    REV`, 3 `rev-parse HEAD` held against the SHA the order named (if they
+    differ: base not measured, both SHAs, no verdicts), 4 TEST in the scratch
+    clone and in the working tree, every item paired (pre-existing,
+    introduced, fixed, passing, only-base, only-head), 5 the scratch removed
+    and TEST run again over one tree.
+
+    Per-test outcomes come from pytest (--junitxml is added), cargo test (libtest
+    JSON) or, for any other command, its exit status as one item. The report
+    is in `saphan runs show ID` and runs/<id>/measure.json (docs/measure-base.md).
+
+    Exit status: 0 measured, nothing introduced; 1 measured, a failure
+    introduced; 4 base not measured (or its outcomes unreadable); 3 refused.
+    """
+    from saphan.errors import UserError
+    from saphan.measure import report
+    from saphan.run import outcome as run_outcome
+
+    if (repo is None) == (workdir is None):
+        raise UserError("give --repo PATH or --workdir PATH (the tree head is measured in)")
+    if test and test[0] == "--":
+        test = test[1:]
+    engine = _engine(ctx)
+    with run_outcome.json_stdout(engine, as_json):
+        record = engine.measure_base(machine_name, slot_name, list(test), base=base,
+                                     repo=repo, workdir=workdir, scratch=scratch,
+                                     expect=expect)
+    got = record.data.get("measure") or {}
+    if as_json:
+        click.echo(record.to_json())
+    else:
+        from saphan.confine.protected import printable
+
+        for line in report.lines(got):
+            click.echo(printable(line))
+        click.echo(f"run {record.id} {record.outcome}; record: saphan runs show {record.id}",
+                   err=True)
+    code = report.exit_status(got)
+    if code != 0:
+        ctx.exit(code)
+
+
 # -- lanes ----------------------------------------------------------------------
 
 @cli.group()
@@ -1025,6 +1099,11 @@ def _show_record(record: RunRecord) -> None:
         echo(f"import:      {imported.get('result')} onto {imported.get('branch')}{why}")
     for note in d.get("notes") or []:
         echo(f"note:        {note}")
+    if isinstance(d.get("measure"), dict) and "result" in d["measure"]:
+        from saphan.measure.report import lines as measure_lines
+
+        for line in measure_lines(d["measure"]):
+            echo(line)
     if record.signature == "valid":
         echo("signature:   valid (HMAC-SHA256 with the workspace record key; the row's "
                    "columns match)")

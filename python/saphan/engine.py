@@ -42,7 +42,6 @@ class Engine:
         join a fleet's store with its key: all or nothing, never overwriting a key
         (workspace_init.py). The paths created, as a list, with ``notes`` and ``key_id``."""
         from saphan import workspace_init
-
         return workspace_init.init(self.ctx, database_url, key_file=key_file, join=join,
                                    new_key=new_key)
 
@@ -65,7 +64,6 @@ class Engine:
                     identity: str | None = None, **ssh_options: Any) -> Machine:
         """See fleet.machines.add_machine (ssh_agent, expect_fingerprint, ...)."""
         from saphan.fleet import machines
-
         return machines.add_machine(self.ctx, name, local=local, ssh=ssh, identity=identity,
                                     **ssh_options)
 
@@ -77,7 +75,6 @@ class Engine:
 
     def machine_facts(self, name: str) -> dict[str, Any]:
         from saphan.fleet import machines
-
         return machines.machine_facts(self.ctx, name)
 
     def remove_machine(self, name: str) -> None:
@@ -91,7 +88,6 @@ class Engine:
     def probe_confinement(self, name: str) -> dict[str, Any]:
         """Measure the machine's Landlock level and write its signed row."""
         from saphan.fleet import probes
-
         return probes.probe_confinement(self.ctx, name)
 
     def deliver(self, names: Sequence[str], *, all_machines: bool = False, probe: bool = False,
@@ -100,7 +96,6 @@ class Engine:
         """Deliver saphan-launcher (or ``agent``'s binary) to SSH machines in
         parallel (fleet/delivery.py)."""
         from saphan.fleet import delivery
-
         return delivery.deliver(self.ctx, names, all_machines=all_machines, probe=probe,
                                 on_done=on_done, agent=agent)
 
@@ -113,7 +108,6 @@ class Engine:
     def add_slot(self, machine: str, slot: str, *, tool: str, max_sessions: int | None = None,
                  agent_sha256: str | None = None, **run_defaults: Any) -> Slot:
         from saphan.fleet import slots
-
         return slots.add_slot(self.ctx, machine, slot, tool=tool, max_sessions=max_sessions,
                               agent_sha256=agent_sha256, **run_defaults)
 
@@ -122,7 +116,6 @@ class Engine:
 
     def slots(self, machine: str | None = None) -> list[Slot]:
         from saphan.fleet import slots
-
         return slots.slots(self.ctx, machine)
 
     def set_max_sessions(self, machine: str, slot: str, max_sessions: int | None) -> Slot:
@@ -139,7 +132,6 @@ class Engine:
 
     def holders(self, machine: str, slot: str) -> list[dict[str, Any]]:
         from saphan.fleet import slots
-
         return slots.holders(self.ctx, machine, slot)
 
     # -- lanes (the built-in loop's model endpoints; saphan.lanes) -----------------
@@ -151,32 +143,27 @@ class Engine:
                  credential_env: str = "OPENAI_API_KEY", timeout: int = 120) -> lanes_mod.Lane:
         """Declare a lane; its credential file's custody is checked now."""
         from saphan import lanes
-
         return lanes.add(self.lanes_path, lanes.Lane(
             name=name, base_url=base_url, model=model, credential_file=credential_file,
             credential_env=credential_env, timeout=timeout))
 
     def lanes(self) -> list[lanes_mod.Lane]:
         from saphan import lanes
-
         return list(lanes.load(self.lanes_path).values())
 
     def check_lanes(self, name: str | None = None) -> list[lanes_mod.Lane]:
         """Re-check every lane's credential custody (or one's); nothing is sent."""
         from saphan import lanes
-
         return lanes.check(self.lanes_path, name)
 
     def remove_lane(self, name: str) -> lanes_mod.Lane:
         from saphan import lanes
-
         return lanes.remove(self.lanes_path, name)
 
     # -- runs ----------------------------------------------------------------------
     def runs(self, limit: int = 50, **filters: Any) -> list[RunRecord]:
         """The newest runs (``filters``: Store.list_runs), each verified (``.signature``)."""
         from saphan.run import live
-
         return live.listing(self.ctx, limit, **filters)
 
     def run_record(self, run_id: str) -> RunRecord:
@@ -184,20 +171,17 @@ class Engine:
         record key; check ``.signature`` ("valid" / "invalid" / "missing" / "pending").
         A live run's carries ``live``: its holder, read where it runs (run/live.py)."""
         from saphan.run import live
-
         return live.view(self.ctx, self.ctx.find_run(run_id), self.ctx.record_key(), dial=True)
 
     def finalize(self, run_id: str, *, reason: str = "operator",
                  force: bool = False) -> RunRecord:
         """End a live run's row by hand (run/record.finalize_by_operator)."""
         from saphan.run import record
-
         return record.finalize_by_operator(self.ctx, run_id, reason=reason, force=force)
 
     def cancel(self, run_id: str, *, signal: str = "SIGTERM", grace: float = 10.0) -> Cancelled:
         """End a live run's process tree and record it cancelled (run/cancel.py)."""
         from saphan.run import cancel
-
         return cancel.cancel(self.ctx, run_id, sig=signal, grace=grace)
 
     def run(self, machine: str, slot: str, argv: Sequence[str], *,
@@ -209,15 +193,25 @@ class Engine:
         """Cast, reserve, compose, dispatch, record (run/pipeline.py); the finished
         record. Raises :class:`Refusal` (recorded) when the run cannot be given
         its boundary, :class:`UserError` on bad input (nothing written).
-        ``boundary``: None (bubblewrap / Seatbelt) or "landlock"; ``repo``: run
-        in a new linked worktree of it (from ``base_ref``), its commits
-        imported onto ``saphan/<run-id>``; ``request``: an agent slot's task;
-        ``view``: a claude or codex run one line per step (run/view.py); ``wait``: --wait."""
+        ``boundary``: None (bubblewrap / Seatbelt) or "landlock"; ``repo``: run in a
+        new linked worktree of it (from ``base_ref``), its commits imported onto
+        ``saphan/<run-id>``; ``request``: an agent slot's task; ``view``: a claude or
+        codex run one line per step (run/view.py); ``wait``: --wait."""
         from saphan.run import pipeline
-
         return pipeline.run(self.ctx, machine, slot, argv, workdir=workdir, stream=stream,
                             boundary=boundary, repo=repo, base_ref=base_ref,
                             keep_worktree=keep_worktree, request=request, view=view, wait=wait)
+
+    def measure_base(self, machine: str, slot: str, test: Sequence[str], *, base: str,
+                     repo: str | os.PathLike[str] | None = None,
+                     workdir: str | os.PathLike[str] | None = None, scratch: str | None = None,
+                     expect: str | None = None, stream: bool = True) -> RunRecord:
+        """The design document's runbook as one confined run on a command slot
+        (measure/); the report is the record's ``measure`` and runs/<id>/measure.json."""
+        from saphan.measure.order import make
+        from saphan.run import pipeline
+        return pipeline.run(self.ctx, machine, slot, (), workdir=workdir, stream=stream, repo=repo,
+                            measure=make(base, test, scratch=scratch, expect=expect))
 
 
 def _reconcile(ctx: Context) -> None:

@@ -82,4 +82,8 @@ CLASSES: dict[str, str] = {
         "a far run's working directory overlaps another live run's on the same machine (the "
         "same directory, one inside the other, or the same Claude Code session leaf)"
     ),
+    "scratch-not-ignored": (
+        "a measure-base order names a scratch path the repository does not ignore: its clone "
+        "would be the run's own uncommitted work"
+    ),
 }

@@ -45,6 +45,7 @@ __all__ = [
     "policy_schema_mixed",
     "policy_schema_unknown",
     "record_signature_invalid",
+    "scratch_not_ignored",
     "seat_full",
     "session_dir_foreign",
     "session_resumption",
@@ -245,3 +246,10 @@ def agent_binary_missing(message: str, remediation: str) -> Refusal:
     the path resolved for it on the machine.
     """
     return Refusal("agent-binary-missing", message, remediation)
+
+
+def scratch_not_ignored(message: str, remediation: str) -> Refusal:
+    """``scratch-not-ignored``: a measure-base scratch path the repository does not ignore
+    (the remediation names the rule to add).
+    """
+    return Refusal("scratch-not-ignored", message, remediation)

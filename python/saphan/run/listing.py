@@ -20,7 +20,7 @@ RUN_KEYS = (
     "agent", "argv", "boundary_argv", "cancel", "composed_boundary", "confinement_setting",
     "connection_lost", "driven_by", "egress", "enforced_by", "environment", "error",
     "exit_code",
-    "far_process", "finished_at", "id", "lane", "live", "loop", "machine", "model", "network",
+    "far_process", "finished_at", "id", "lane", "live", "loop", "machine", "measure", "model", "network",
     "not_enforced", "notes", "outcome", "output", "policy", "processes_killed_at_end",
     "processes_left_running", "protected_changes", "record_key_id", "record_signature",
     "refusal", "requested_at", "resumes", "return_path", "saphan_version", "session_ordinal",

@@ -37,6 +37,7 @@ from saphan.tools import DISPATCHABLE
 if TYPE_CHECKING:
     from saphan.context import Context
     from saphan.liveness import Holder
+    from saphan.measure.order import Order
     from saphan.records import RunRecord
     from saphan.site import Site
     from saphan.tools.instruction import Request as AgentRequest
@@ -57,13 +58,16 @@ def run(
     request: AgentRequest | None = None,
     view: bool = False,
     wait: float = 0.0,
+    measure: Order | None = None,
 ) -> RunRecord:
     """The five steps for every run shape (a local command, a local agent or
-    loop, a remote command). See :meth:`saphan.Engine.run` for the arguments."""
+    loop, a remote command). See :meth:`saphan.Engine.run` for the arguments;
+    ``measure``: the run is a measure-base order's (measure/), its command the
+    driver the site composes for it."""
     from saphan.config import confinement_mode
     from saphan.liveness import current_holder
 
-    command = list(argv)
+    command = list(argv) if measure is None else list(measure.test)
     if not command and request is None:
         raise UserError("nothing to run: give the command after `--`")
     holder = current_holder()
@@ -78,6 +82,10 @@ def run(
         "workdir": os.fspath(workdir) if workdir is not None else None,
         "saphan_version": __version__, "requested_at": now_iso(),
     }
+    if measure is not None:
+        if request is not None:
+            raise UserError("measure-base runs its test command; it takes no agent task")
+        base["measure"] = {"order": measure.as_record(), "result": "not run"}
     # run.confinement is checked before any other branch of any run.
     try:
         mode = confinement_mode(ctx.config)
@@ -103,6 +111,9 @@ def run(
             f"slot {slot!r} runs tool {s.tool!r}, which this build of saphan cannot dispatch "
             f"yet (it dispatches: {', '.join(DISPATCHABLE)}); use a --tool command slot"
         )
+    if measure is not None and s.tool != "command":
+        raise UserError(f"slot {slot!r} runs {s.tool}; measure-base runs a test command: "
+                        "give a --tool command slot")
     requests.check_fits(s, m, command, request, boundary)
     if s.tool == "command":
         # The bypass tokens are refused on the final command line whichever
@@ -131,7 +142,7 @@ def run(
               and s.tool == "command" else None)
         site = SshSite(ctx, s, m, command, workdir=far_wd, stream=stream, permission=pc,
                        request=request if s.tool != "command" else None, mode=mode,
-                       view=view,
+                       view=view, measure=measure,
                        egress_policy=request.egress_policy if request is not None else None)
     else:
         from saphan.site.local import LocalSite
@@ -140,7 +151,8 @@ def run(
               else os.path.abspath(workdir if workdir is not None else os.getcwd()))
         site = LocalSite(ctx, s, command, workdir=wd, mode=mode, stream=stream,
                          boundary=boundary, repo=repo, base_ref=base_ref,
-                         keep_worktree=keep_worktree, request=request, view=view)
+                         keep_worktree=keep_worktree, request=request, view=view,
+                         measure=measure)
     return dispatch(ctx, site, base, holder, wait=wait)
 
 

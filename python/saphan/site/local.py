@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from saphan.context import Context
     from saphan.egress.cut import Cut
     from saphan.liveness import RemoteCheck
+    from saphan.measure.order import Order
     from saphan.run.view import Escaped, View
     from saphan.tools.adapter import Adapter, CommandAdapter
     from saphan.tools.instruction import Request as AgentRequest
@@ -94,8 +95,10 @@ class LocalSite:
                  mode: str, stream: bool = True, boundary: str | None = None,
                  repo: str | os.PathLike[str] | None = None, base_ref: str | None = None,
                  keep_worktree: bool = True, request: AgentRequest | None = None,
-                 view: bool = False) -> None:
+                 view: bool = False, measure: Order | None = None) -> None:
         self.ctx, self.slot, self.command = ctx, slot, command
+        #: a measure-base order: the command is its driver (measure/collect.py)
+        self.measure = measure
         #: show a claude or codex run's output one line per step (run/view.py)
         self.view = view
         self.workdir, self.mode, self.stream = workdir, mode, stream
@@ -140,6 +143,8 @@ class LocalSite:
             )
         requests.check_workdir_apart(ctx, wd)
         run_id = base["id"]
+        if self.measure is not None:
+            self.command = self._measure_command(run_id)
         if self.request is not None and self.slot.tool in AGENT_TOOLS:
             from saphan.tools.launch import prepare
 
@@ -168,6 +173,22 @@ class LocalSite:
             target = self.cut.auth_target(target)
         if target is not None:
             base["auth"] = auth.check(target, where=self.slot.machine)
+
+    def _measure_command(self, run_id: str) -> list[str]:
+        """The measure-base driver's argv; a scratch path already there is
+        refused before the seat (saphan never clones over what it did not make)."""
+        from saphan.measure import collect
+
+        order = self.measure
+        assert order is not None
+        wd = os.path.realpath(self.workdir)
+        there = os.path.join(wd, order.scratch)
+        if self.repo is None and nofollow.lexists_plain(there) is not None:
+            raise UserError(f"the scratch path {there} already exists; saphan clones only into "
+                            "a new path (remove it, or give another --scratch)")
+        return collect.command(order, out=str(self.ctx.workspace.run_dir(run_id) / "out"),
+                               repository=self.repo.toplevel if self.repo is not None else wd,
+                               workdir=wd, far=False)
 
     def _mechanism(self, adapter: Adapter) -> str:
         """What will confine the run (before the seat: nothing is composed yet)."""
@@ -344,6 +365,13 @@ class LocalSite:
         # it, or the launcher reaped what was left): only now is it recorded.
         end.exited(finished.exit_code)
         self._collect(finished, record, end, limit)
+        if self.measure is not None:
+            from saphan.measure import collect
+
+            record["measure"] = collect.local(
+                self.measure, out_dir=str(self.out_dir), workdir=os.path.realpath(wd),
+                repository=(self.repo.toplevel if self.repo is not None
+                            else os.path.realpath(wd)), run_dir=str(self.run_dir))
 
     def _collect(self, finished: Finished, record: dict[str, Any], end: RunEnd,
                  limit: float | None) -> None:

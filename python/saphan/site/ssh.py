@@ -62,6 +62,7 @@ from saphan.tools.binaries import check_pin
 if TYPE_CHECKING:
     from saphan.context import Context
     from saphan.liveness import RemoteCheck
+    from saphan.measure.order import Order
     from saphan.run.view import Escaped, View
     from saphan.site.far import Preflight
     from saphan.tools.adapter import Adapter
@@ -96,8 +97,11 @@ class SshSite:
                  workdir: str, stream: bool = True,
                  permission: PermissionClass | None = None,
                  request: AgentRequest | None = None, mode: str = "engine",
-                 view: bool = False, egress_policy: str | None = None) -> None:
+                 view: bool = False, egress_policy: str | None = None,
+                 measure: Order | None = None) -> None:
         self.ctx, self.slot, self.machine, self.command = ctx, slot, machine, command
+        #: a measure-base order: the command is its driver (measure/collect.py)
+        self.measure = measure
         #: an egress policy the run declared (refused here: no network lever)
         self.egress_policy = egress_policy
         self.workdir, self.stream = workdir, stream
@@ -151,14 +155,27 @@ class SshSite:
         pc = self.permission
         network.posture(pc.network if pc is not None else None, tool=self.slot.tool,
                         mechanism="ssh")
+        if self.measure is not None:
+            self.command = self._measure_command(base["id"], self.workdir)
         self.far = far = _inspect(self.ctx, self.slot, self.machine, base, self.command,
                                   self.workdir)
         self._resolved(base)
+        if self.measure is not None:
+            # the driver names the directory the far machine resolved
+            far.argv = [far.argv[0], *self._measure_command(base["id"], self.workdir)[1:]]
+            base["argv"] = far.argv
         if pc is not None:
             from saphan.run.request import check_scope
 
             # The far machine resolved the working directory: held to the scope again.
             check_scope(pc, far.pf.get("workdir") or self.workdir, far=True)
+
+    def _measure_command(self, run_id: str, wd: str) -> list[str]:
+        from saphan.measure import collect
+
+        assert self.measure is not None
+        return collect.command(self.measure, out=posixpath.join(wd, ".saphan-run", run_id),
+                               repository=wd, workdir=wd, far=True)
 
     def _no_egress_policy(self) -> None:
         """A run here that declares an egress policy (by option, or by its
@@ -456,7 +473,8 @@ class SshSite:
             policy_json=self.policy_json, argv=self.argv if adapter is not None else far.argv,
             run_id=run_id, root=self.root, precreated=bool(files),
             scratch_in=rwd if adapter is not None and self.policy_json is None else None,
-            return_in=rwd if adapter is not None and adapter.tool == "loop" else None,
+            return_in=rwd if (adapter is not None and adapter.tool == "loop")
+            or self.measure is not None else None,
         )
         record["output"] = {"stdout": str(run_dir / "stdout.log"),
                             "stderr": str(run_dir / "stderr.log")}
@@ -497,6 +515,12 @@ class SshSite:
                     view.finish()
         end.exited(finished.exit_code)
         self._collect_status(record, end)
+        if self.measure is not None:
+            from saphan.measure import collect
+
+            record["measure"] = collect.far(
+                self.measure, far.conn, out_dir=posixpath.join(rwd, ".saphan-run", run_id),
+                workdir=rwd, repository=rwd, run_dir=str(run_dir))
         if adapter is not None:
             self._collect_agent(record, end, finished.stdout_path, finished.exit_code,
                                 killed_at=limit if finished.killed_at_limit else None)

@@ -44,11 +44,12 @@ pub enum RefusalClass {
     AgentAuthRejected,
     AgentBinaryMissing,
     WorkdirBusy,
+    ScratchNotIgnored,
 }
 
 impl RefusalClass {
     /// Every class, in the table's order.
-    pub const ALL: [RefusalClass; 30] = [
+    pub const ALL: [RefusalClass; 31] = [
         RefusalClass::ConfinementUnavailable,
         RefusalClass::ConfinementSettingInvalid,
         RefusalClass::LandlockUnprobed,
@@ -79,6 +80,7 @@ impl RefusalClass {
         RefusalClass::AgentAuthRejected,
         RefusalClass::AgentBinaryMissing,
         RefusalClass::WorkdirBusy,
+        RefusalClass::ScratchNotIgnored,
     ];
 
     /// The class's name, exactly as printed in `refused [CLASS]`.
@@ -114,6 +116,7 @@ impl RefusalClass {
             RefusalClass::AgentAuthRejected => "agent-auth-rejected",
             RefusalClass::AgentBinaryMissing => "agent-binary-missing",
             RefusalClass::WorkdirBusy => "workdir-busy",
+            RefusalClass::ScratchNotIgnored => "scratch-not-ignored",
         }
     }
 
@@ -179,7 +182,7 @@ mod tests {
             assert_eq!(*c as usize, i, "{c:?}");
         }
         assert_eq!(
-            RefusalClass::WorkdirBusy as usize + 1,
+            RefusalClass::ScratchNotIgnored as usize + 1,
             RefusalClass::ALL.len()
         );
     }

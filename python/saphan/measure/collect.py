@@ -1,0 +1,106 @@
+"""A measure-base run, from the sites' side: the driver's command line for
+the run (``command``), and after the run the report (``local`` / ``far``):
+the driver's files read (size-limited, never through a link), the scratch
+checked from outside (measure/scratch.py), the report built
+(measure/report.py) and written to ``measure.json`` in the run's directory.
+
+A scratch path git does not ignore is refused here, by the driver's answer
+from inside the boundary before anything was cloned: ``scratch-not-ignored``,
+naming the rule to add.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import TYPE_CHECKING, Any
+
+from saphan import refusals
+from saphan.measure import driver, outcomes, report, scratch
+from saphan.measure.order import Order
+
+if TYPE_CHECKING:
+    from saphan.transport.ssh import SSHConnection
+
+
+def command(order: Order, *, out: str, repository: str, workdir: str, far: bool) -> list[str]:
+    """The run's argv: the driver, for ``order``, in ``workdir``. On this host
+    saphan wrote the default scratch's rule before the run
+    (worktrees.ignore_scratch); on a runner (``far``) the driver adds it."""
+    return driver.argv(out=out, repository=repository, workdir=workdir, scratch=order.scratch,
+                       base=order.base, expect=order.expect, kind=order.kind,
+                       add_rule=far and order.default_scratch, test=order.test_argv())
+
+
+def local(order: Order, *, out_dir: str, workdir: str, repository: str,
+          run_dir: str) -> dict[str, Any]:
+    """The report of a run on this host (its return directory ``out_dir``)."""
+
+    def read(name: str) -> bytes | None:
+        path = os.path.join(out_dir, f"measure-{name}")
+        try:
+            return outcomes.read_limited(path)
+        except outcomes.ReportUnreadable:
+            if not os.path.lexists(path):
+                return None
+            raise
+
+    _refuse_unignored(order, read, workdir)
+    tree = scratch.check_local(workdir, order.scratch, remove=_made_by_run(read))
+    return _finish(order, read, tree, workdir=workdir, repository=repository, run_dir=run_dir)
+
+
+def far(order: Order, conn: SSHConnection, *, out_dir: str, workdir: str, repository: str,
+        run_dir: str) -> dict[str, Any]:
+    """The report of a run on a runner: its return directory ``out_dir``
+    there is read file by file, then removed."""
+    from saphan.site import far as far_side
+
+    cache: dict[str, bytes | None] = {}
+    names = report.files_for(order)
+    for i, name in enumerate(names):
+        cache[name] = far_side.read_run_file(conn, out_dir, f"measure-{name}",
+                                             limit=outcomes.MAX_REPORT_BYTES,
+                                             remove=i == len(names) - 1)
+
+    def read(name: str) -> bytes | None:
+        return cache.get(name)
+
+    _refuse_unignored(order, read, workdir)
+    tree = scratch.check_far(conn, workdir, order.scratch, remove=_made_by_run(read))
+    return _finish(order, read, tree, workdir=workdir, repository=repository, run_dir=run_dir)
+
+
+def _finish(order: Order, read: report.Reader, tree: dict[str, Any], *, workdir: str,
+            repository: str, run_dir: str) -> dict[str, Any]:
+    built = report.build(order, read, workdir=workdir, repository=repository, one_tree=tree)
+    try:
+        built["file"] = report.write(run_dir, built)
+    except OSError as e:
+        built["notes"].append(f"measure.json could not be written in {run_dir}: "
+                              f"{errno.errorcode.get(e.errno or 0, e)}")
+    return built
+
+
+def _made_by_run(read: report.Reader) -> bool:
+    """The driver saw the scratch path free before it cloned (so a scratch
+    still there after the run is the run's, and saphan removes it)."""
+    try:
+        raw = read("steps") or b""
+    except outcomes.ReportUnreadable:
+        return False
+    return raw.startswith(b"fresh 0\n")
+
+
+def _refuse_unignored(order: Order, read: report.Reader, workdir: str) -> None:
+    if report.not_ignored(order, read) is None:
+        return
+    rule = order.ignore_rule()
+    raise refusals.scratch_not_ignored(
+        f"the scratch path {order.scratch} is not ignored by the repository at {workdir} "
+        "(`git check-ignore` inside the boundary, before anything was cloned): the scratch "
+        "clone would show up as the run's own uncommitted work",
+        f"add the line `{rule}` to the repository's .gitignore or .git/info/exclude, or "
+        "omit --scratch (the default, .saphan-run/base-<run id>, is ignored through "
+        "info/exclude)",
+    )

@@ -1,0 +1,146 @@
+"""The measure-base driver: the design document's runbook as one POSIX sh
+script, run as the confined run's command (``/bin/sh -c SCRIPT``), the same
+on this host and on an SSH runner.
+
+Every value reaches the script as a positional parameter, never pasted into
+its text; the script is held in the shell's memory (``-c``), so nothing the
+run writes can change a later step of it. It writes one file per fact into
+``OUT`` (the run's return directory), each named ``measure-*``:
+
+    measure-steps       one line per step: ``NAME STATUS`` (the order below)
+    measure-expected    the SHA the order named, expanded in the repository
+    measure-target      what ``checkout --detach`` was given (the name, or origin/NAME)
+    measure-measured    ``git -C SCRATCH rev-parse HEAD`` after the checkout
+    measure-head        ``git -C WORKDIR rev-parse HEAD`` (the head measured)
+    measure-PHASE.xml   pytest's --junitxml (PHASE: base, head, final)
+    measure-PHASE.json  cargo's libtest JSON (the stdout of its run, teed)
+
+Steps (the runbook's numbers in brackets):
+
+    fresh     the scratch path does not exist (saphan never clones over, nor
+              removes, what it did not make): exit 20 when it does
+    ignored   ``git check-ignore SCRATCH/`` in the working tree; ``add``: the
+              default scratch's rule is appended to info/exclude first (a far
+              runner, where saphan wrote none before the run): exit 21 when
+              not ignored — saphan refuses it (``scratch-not-ignored``)
+    expected  the order's SHA (or, with none, the base name) expanded in the
+              repository: exit 10 (base not measured) when it names no commit
+    clone     [1] git clone --shared --no-checkout REPO WORKDIR/SCRATCH
+    checkout  [2] git -C SCRATCH checkout --detach BASE (origin/BASE for a
+              branch the clone holds only as a remote-tracking one)
+    verify    [3] git -C SCRATCH rev-parse HEAD; no test runs unless it is
+              the expected SHA (saphan compares the two files again itself)
+    base      [4] the test command in the scratch clone
+    head      [4] the test command in the working tree (the scratch still there)
+    removed   [5] the scratch clone removed (and what the clone created above it)
+    final     [5] the test command in the working tree again: one tree
+
+Every git command here runs with hooks and fsmonitor off. A step's failure
+ends the script with the scratch removed (a trap does it on HUP, INT, TERM).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+#: the exit statuses the driver ends with (the report reads the step files)
+MEASURED, NOT_MEASURED, SCRATCH_EXISTS, NOT_IGNORED = 0, 10, 20, 21
+#: argv[0] of the run: the driver needs nothing but a POSIX shell and git
+SHELL = "/bin/sh"
+#: $0 of the driver's shell (what `ps` shows for it)
+NAME = "saphan-measure-base"
+#: the rule the default scratch is ignored by (worktrees.EXCLUDE_LINE's)
+DEFAULT_RULE = "/.saphan-run/"
+
+SCRIPT = r"""set -u
+OUT=$1 SRC=$2 WD=$3 SCR=$4 REV=$5 EXPECT=$6 KIND=$7 RULE=$8
+shift 8
+[ "${1-}" = -- ] && shift
+unset GIT_DIR GIT_WORK_TREE GIT_COMMON_DIR GIT_INDEX_FILE GIT_OBJECT_DIRECTORY \
+  GIT_ALTERNATE_OBJECT_DIRECTORIES GIT_NAMESPACE GIT_CEILING_DIRECTORIES \
+  GIT_CONFIG_PARAMETERS GIT_CONFIG_COUNT GIT_EXTERNAL_DIFF
+export GIT_TERMINAL_PROMPT=0 GIT_OPTIONAL_LOCKS=0 GIT_PAGER=cat
+S=$WD/$SCR
+TOP=
+g() { git -c core.hooksPath=/dev/null -c core.fsmonitor=false "$@"; }
+val() { printf '%s\n' "$2" > "$OUT/measure-$1"; }
+step() { printf '%s %s\n' "$1" "$2" >> "$OUT/measure-steps"; }
+drop() {
+  [ -n "$TOP" ] || return 0
+  rm -rf -- "${WD:?}/$TOP"
+  if [ -e "$WD/$TOP" ] || [ -L "$WD/$TOP" ]; then return 1; fi
+  TOP=
+}
+trap 'drop; exit 129' HUP
+trap 'drop; exit 130' INT
+trap 'drop; exit 143' TERM
+# fresh: the scratch path and the first of its components that is not there
+p=
+oifs=$IFS; IFS=/; set -f
+for c in $SCR; do
+  p=${p:+$p/}$c
+  if [ -z "$TOP" ] && [ ! -e "$WD/$p" ] && [ ! -L "$WD/$p" ]; then TOP=$p; fi
+done
+IFS=$oifs; set +f
+if [ -z "$TOP" ]; then step fresh 1; exit 20; fi
+step fresh 0
+# ignored
+g -C "$WD" check-ignore -q -- "$SCR/"; rc=$?
+if [ "$rc" -eq 1 ] && [ "$RULE" = add ]; then
+  if cdir=$(g -C "$WD" rev-parse --path-format=absolute --git-common-dir 2>/dev/null) \
+      && [ -d "$cdir" ] && [ ! -L "$cdir/info" ] \
+      && { [ -d "$cdir/info" ] || mkdir "$cdir/info"; } && [ ! -L "$cdir/info/exclude" ]; then
+    printf "\n# saphan's per-run scratch directory\n/.saphan-run/\n" >> "$cdir/info/exclude"
+  fi
+  g -C "$WD" check-ignore -q -- "$SCR/"; rc=$?
+fi
+step ignored "$rc"
+[ "$rc" -eq 0 ] || exit 21
+# expected
+exp=$(g -C "$SRC" rev-parse --verify -q "${EXPECT:-$REV}^{commit}"); rc=$?
+val expected "$exp"; step expected "$rc"
+[ "$rc" -eq 0 ] || exit 10
+# [1] clone
+g clone -q --shared --no-checkout -- "$SRC" "$S"; rc=$?; step clone "$rc"
+[ "$rc" -eq 0 ] || { drop; exit 10; }
+# [2] checkout
+if g -C "$S" rev-parse --verify -q "$REV^{commit}" >/dev/null; then t=$REV
+elif g -C "$S" rev-parse --verify -q "refs/remotes/origin/$REV^{commit}" >/dev/null; then
+  t=origin/$REV
+else t=; fi
+val target "$t"
+if [ -n "$t" ]; then g -C "$S" checkout -q --detach "$t"; rc=$?; else rc=1; fi
+step checkout "$rc"
+[ "$rc" -eq 0 ] || { drop; exit 10; }
+# [3] verify
+got=$(g -C "$S" rev-parse HEAD); rc=$?; val measured "$got"; step verify "$rc"
+if [ "$rc" -ne 0 ] || [ "$got" != "$exp" ]; then drop; exit 10; fi
+head=$(g -C "$WD" rev-parse HEAD); val head "$head"
+# [4] the test command at base, then at head
+phase() {
+  name=$1 dir=$2; shift 2
+  case $KIND in
+  pytest) ( cd "$dir" && exec "$@" "--junitxml=$OUT/measure-$name.xml" ); rc=$? ;;
+  cargo)
+    { ( cd "$dir" && RUSTC_BOOTSTRAP=1 && export RUSTC_BOOTSTRAP && exec "$@" )
+      echo $? > "$OUT/measure-$name.rc"; } | tee "$OUT/measure-$name.json"
+    rc=$(cat "$OUT/measure-$name.rc" 2>/dev/null) || rc=255 ;;
+  *) ( cd "$dir" && exec "$@" ); rc=$? ;;
+  esac
+  step "$name" "$rc"
+}
+phase base "$S" "$@"
+phase head "$WD" "$@"
+# [5] the scratch removed, then the working tree's own suite again
+drop; rc=$?; step removed "$rc"
+[ "$rc" -eq 0 ] || exit 10
+phase final "$WD" "$@"
+exit 0
+"""
+
+
+def argv(*, out: str, repository: str, workdir: str, scratch: str, base: str,
+         expect: str | None, kind: str, add_rule: bool, test: Sequence[str]) -> list[str]:
+    """The run's command line: the shell, the script, then its parameters."""
+    return [SHELL, "-c", SCRIPT, NAME, out, repository, workdir, scratch, base, expect or "",
+            kind, "add" if add_rule else "keep", "--", *test]

@@ -1,0 +1,292 @@
+"""The measure-base report, built here from what the driver left in the run's
+return directory (measure/driver.py) and what saphan itself saw of the
+working tree after the run (measure/scratch.py).
+
+Everything read here was written inside the boundary, so it is parsed, never
+trusted for shape: step lines must be ``NAME STATUS`` with a known name, SHAs
+must be hexadecimal, suite reports go through measure/outcomes.py. saphan
+compares the measured SHA with the expected one itself; per-test verdicts are
+given only when they are equal (the design document: a measurement at an
+unverified commit is not a measurement of the base).
+
+``result`` is one of:
+
+- ``measured``: the base verified, both sides' outcomes read, every item paired;
+- ``base not measured``: with why, and both SHAs when there are two; no verdicts;
+- ``outcomes unreadable``: the base verified, but a side's per-test report
+  could not be read (named): no verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from saphan.measure import outcomes as oc
+from saphan.measure.order import SOURCES, Order
+
+#: the steps the driver reports, in its order
+STEPS = ("fresh", "ignored", "expected", "clone", "checkout", "verify", "base", "head",
+         "removed", "final")
+PHASES = ("base", "head", "final")
+RESULTS = ("measured", "base not measured", "outcomes unreadable")
+#: the files the driver writes (besides the phases' reports)
+FACTS = ("steps", "expected", "target", "measured", "head")
+#: the exit status `saphan measure-base` gives for a report that is not "measured"
+EXIT_NOT_MEASURED = 4
+#: names per class `runs show` prints (the record and --json hold every one)
+SHOWN = 20
+_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_HEXISH = re.compile(r"[0-9a-fA-F]{4,64}")
+_STEP = re.compile(r"([a-z]+) (-?[0-9]{1,4})")
+
+#: a file of the run's return directory, by its name after ``measure-``
+#: (None: not there); raises outcomes.ReportUnreadable when it cannot be read
+Reader = Callable[[str], "bytes | None"]
+
+
+def phase_file(kind: str, phase: str) -> str | None:
+    """The name (after ``measure-``) of a phase's suite report."""
+    return {"pytest": f"{phase}.xml", "cargo": f"{phase}.json"}.get(kind)
+
+
+def files_for(order: Order) -> tuple[str, ...]:
+    """Every file the report reads for ``order``."""
+    extra = [phase_file(order.kind, p) for p in PHASES]
+    return (*FACTS, *(f for f in extra if f is not None))
+
+
+def build(order: Order, read: Reader, *, workdir: str, repository: str,
+          one_tree: Mapping[str, Any]) -> dict[str, Any]:
+    """The report (module docstring). ``one_tree``: scratch.check's findings."""
+    notes: list[str] = []
+    steps = _steps(read, notes)
+    report: dict[str, Any] = {
+        "order": order.as_record(), "repository": repository, "working_tree": workdir,
+        "steps": [{"step": name, "status": steps[name]} for name in STEPS if name in steps],
+        "notes": notes,
+    }
+    expected = _sha(read, "expected", notes)
+    measured = _sha(read, "measured", notes)
+    target = _text(read, "target")
+    report["base"] = {
+        "named": order.base, "expect": order.expect,
+        "expected": expected,
+        "expected_from": _expected_from(order),
+        "checked_out": target or None, "measured": measured,
+        "verified": expected is not None and measured == expected,
+    }
+    report["head"] = {"commit": _sha(read, "head", notes)}
+    why = _not_measured(order, steps, expected, measured, workdir)
+    report["one_tree"] = {**one_tree, "scratch_removed_before_final": steps.get("removed") == 0,
+                          "final_ran": "final" in steps}
+    report["one_tree"]["holds"] = bool(report["one_tree"]["final_ran"]
+                                       and report["one_tree"]["scratch_removed_before_final"]
+                                       and not one_tree.get("scratch_present"))
+    if why is not None:
+        report.update(result="base not measured", why=why)
+        return report
+    sides: dict[str, oc.Outcomes | None] = {}
+    unread: dict[str, str] = {}
+    for phase in PHASES:
+        if phase not in steps:
+            unread[phase] = "the driver did not reach it"
+            sides[phase] = None
+            continue
+        try:
+            sides[phase] = _outcomes(order, phase, steps[phase], read)
+        except oc.ReportUnreadable as e:
+            unread[phase] = str(e)
+            sides[phase] = None
+    report["phases"] = {
+        phase: {"status": steps.get(phase), "source": SOURCES[order.kind],
+                **({"items": len(got.items), "failed": sorted(
+                    n for n, r in got.items.items() if r == oc.FAILED)}
+                   if (got := sides[phase]) is not None else {"unreadable": unread[phase]})}
+        for phase in PHASES}
+    base, head, final = sides["base"], sides["head"], sides["final"]
+    if base is None or head is None:
+        side = "base" if base is None else "head"
+        report.update(result="outcomes unreadable",
+                      why=f"the {side} run's outcomes could not be read: {unread[side]}")
+        return report
+    pairs = oc.pair(base, head)
+    report.update(result="measured", pairs=pairs,
+                  counts={cls: len(names) for cls, names in pairs.items()})
+    if final is not None:
+        report["one_tree"]["changed_since_head"] = [
+            {"item": name, "head": head.items.get(name), "final": final.items.get(name)}
+            for name in sorted(set(head.items) | set(final.items))
+            if head.items.get(name) != final.items.get(name)]
+    return report
+
+
+def _expected_from(order: Order) -> str:
+    named = order.expect or (order.base if _HEXISH.fullmatch(order.base) else None)
+    if named is not None:
+        return f"the order's SHA {named}, expanded in the repository"
+    return (f"{order.base!r} resolved in the repository when the run began (the order gave "
+            "no SHA: --expect)")
+
+
+def not_ignored(order: Order, read: Reader) -> int | None:
+    """The driver's ``ignored`` status when it says git does not ignore the
+    scratch (1); None otherwise (ignored, or another failure the report names)."""
+    steps = _steps(read, [])
+    return 1 if steps.get("fresh") == 0 and steps.get("ignored") == 1 else None
+
+
+def exit_status(report: Mapping[str, Any]) -> int:
+    """`saphan measure-base`: 0 measured with nothing introduced, 1 measured
+    with an introduced failure, :data:`EXIT_NOT_MEASURED` otherwise."""
+    if report.get("result") != "measured":
+        return EXIT_NOT_MEASURED
+    return 1 if (report.get("counts") or {}).get("introduced") else 0
+
+
+def write(run_dir: str | os.PathLike[str], report: Mapping[str, Any]) -> str:
+    """``measure.json`` in the run's directory (a new file renamed into place)."""
+    path = Path(run_dir) / "measure.json"
+    tmp = path.with_name(f".measure.json.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+    return str(path)
+
+
+def lines(report: Mapping[str, Any]) -> list[str]:
+    """The report for `runs show` (the caller escapes every line)."""
+    base = report.get("base") or {}
+    order = report.get("order") or {}
+    out = [f"measure:     {report.get('result')}: base {order.get('base')!r}"
+           + (f" (order's SHA {order['expect']})" if order.get("expect") else "")]
+    out.append(f"  expected:  {base.get('expected') or '-'}  ({base.get('expected_from')})")
+    out.append(f"  measured:  {base.get('measured') or '-'}  (git -C <scratch> rev-parse HEAD "
+               f"after checkout --detach {base.get('checked_out') or '-'})")
+    if report.get("why"):
+        out.append(f"  why:       {report['why']}")
+    out.append(f"  outcomes:  {order.get('outcomes_from')}")
+    tree = report.get("one_tree") or {}
+    cleared = {c.get("item") for c in tree.get("changed_since_head") or []
+               if c.get("head") == oc.FAILED and c.get("final") != oc.FAILED}
+    pairs = report.get("pairs") or {}
+    for cls in oc.CLASSES:
+        names = [f"{n} (passes over one tree: the scratch clone was in its way)"
+                 if cls == "introduced" and n in cleared else n for n in pairs.get(cls) or []]
+        if cls not in pairs:
+            continue
+        shown = ", ".join(names[:SHOWN]) + (f", … and {len(names) - SHOWN} more (--json)"
+                                            if len(names) > SHOWN else "")
+        out.append(f"  {cls + ':':<14}{len(names)}{': ' + shown if names else ''}")
+    final = (report.get("phases") or {}).get("final") or {}
+    if tree.get("final_ran"):
+        out.append(
+            "  one tree:  " + ("yes" if tree.get("holds") else "NO") + ": the scratch clone was "
+            + ("removed before the final run" if tree.get("scratch_removed_before_final")
+               else "NOT removed before the final run")
+            + ("; after the run saphan found it gone" if not tree.get("scratch_present")
+               else "; after the run saphan found it still there")
+            + (f"; final run: {final.get('items')} item(s), {len(final.get('failed') or [])} "
+               "failed" if "items" in final else f"; final run unreadable: "
+               f"{final.get('unreadable')}"))
+        for change in tree.get("changed_since_head") or []:
+            out.append(f"  changed:   {change['item']}: {change['head']} at head (scratch "
+                       f"present) → {change['final']} over one tree")
+    for note in report.get("notes") or []:
+        out.append(f"  note:      {note}")
+    return out
+
+
+# -- reading what the driver wrote ------------------------------------------------
+
+
+def _steps(read: Reader, notes: list[str]) -> dict[str, int]:
+    try:
+        raw = read("steps")
+    except oc.ReportUnreadable as e:
+        notes.append(f"the driver's step file could not be read: {e}")
+        return {}
+    out: dict[str, int] = {}
+    for line in (raw or b"")[:4096].decode("ascii", "replace").splitlines():
+        m = _STEP.fullmatch(line.strip())
+        if m is None or m.group(1) not in STEPS:
+            notes.append(f"a step line the driver does not write was ignored: {line[:80]!r}")
+            continue
+        if m.group(1) in out:
+            notes.append(f"step {m.group(1)!r} was reported twice; the first is kept")
+            continue
+        out[m.group(1)] = int(m.group(2))
+    return out
+
+
+def _text(read: Reader, name: str) -> str:
+    try:
+        raw = read(name)
+    except oc.ReportUnreadable:
+        return ""
+    return (raw or b"")[:512].decode("utf-8", "replace").strip()
+
+
+def _sha(read: Reader, name: str, notes: list[str]) -> str | None:
+    text = _text(read, name)
+    if not text:
+        return None
+    if not _SHA.fullmatch(text):
+        notes.append(f"measure-{name} does not hold a SHA: {text[:80]!r}")
+        return None
+    return text
+
+
+def _outcomes(order: Order, phase: str, status: int, read: Reader) -> oc.Outcomes:
+    name = phase_file(order.kind, phase)
+    if name is None:
+        return oc.from_exit(status, " ".join(order.test))
+    data = read(name)
+    if data is None:
+        raise oc.ReportUnreadable(f"the suite wrote no report (measure-{name}; exit status "
+                                  f"{status})")
+    if order.kind == "pytest":
+        return oc.from_junit(data)
+    return oc.from_cargo(data.splitlines())
+
+
+def _not_measured(order: Order, steps: Mapping[str, int], expected: str | None,
+                  measured: str | None, workdir: str) -> str | None:
+    """Why the base was not measured (None: it was, at the expected SHA)."""
+    scratch = f"{workdir.rstrip('/')}/{order.scratch}"
+    last = next((s for s in reversed(STEPS) if s in steps), None)
+    failed = {
+        "fresh": f"the scratch path {scratch} already exists; saphan clones only into a new "
+                 "path and never removes what it did not make (remove it, or give another "
+                 "--scratch)",
+        "ignored": f"`git check-ignore {order.scratch}/` failed in {workdir} (status "
+                   f"{steps.get('ignored')}): is it a git working tree, with git on the PATH?",
+        "expected": f"{order.expect or order.base!r} names no single commit in the repository "
+                    "(unknown, or an ambiguous abbreviation)",
+        "clone": "`git clone --shared --no-checkout` failed (its message is in the run's "
+                 "stderr)",
+        "checkout": (f"`git checkout --detach` found no commit {order.base!r} (nor "
+                     f"origin/{order.base}) in the scratch clone" if not measured else
+                     "`git checkout --detach` failed (its message is in the run's stderr)"),
+        "verify": "`git rev-parse HEAD` failed in the scratch clone",
+    }
+    for name in ("fresh", "ignored", "expected", "clone", "checkout", "verify"):
+        if name not in steps:
+            return (f"the driver stopped before its {name!r} step (after "
+                    f"{last or 'no step'}): killed, or its step file was changed")
+        if steps[name] != 0:
+            return failed[name]
+    if expected is None or measured is None:
+        return "the expected or the measured SHA is missing from what the driver wrote"
+    if measured != expected:
+        return (f"the scratch clone's HEAD after `checkout --detach "
+                f"{order.base}` is {measured}, but the order named {expected}: a "
+                "measurement there is not a measurement of the base")
+    return None
