@@ -1017,7 +1017,12 @@ def _show_record(record: RunRecord) -> None:
     enforced = d.get("enforced_by")
     echo(f"run:         {d['id']}")
     echo(f"machine:     {d['machine']}  slot: {d['slot']}  ordinal: {_cell(d.get('session_ordinal'))}")
-    echo(f"tool:        {_cell(d.get('tool'))}  argv: {_emit_compact(d.get('argv'))}")
+    argv = d.get("argv")
+    if isinstance(argv, list) and len(argv) > 3 and argv[1] == "-c" \
+            and argv[3] == "saphan-measure-base":
+        # the driver's script is in the record (--json); its parameters show
+        argv = [argv[0], "-c", "<the measure-base driver>", *argv[3:]]
+    echo(f"tool:        {_cell(d.get('tool'))}  argv: {_emit_compact(argv)}")
     echo(f"workdir:     {_cell(d.get('workdir'))}")
     if d.get("worktree"):
         w = d["worktree"]

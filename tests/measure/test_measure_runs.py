@@ -58,6 +58,7 @@ def test_pre_existing_introduced_fixed_and_one_tree(saphan_sqlite: Saphan,
     # step 5: the scratch gone, the tree-walking test passes over one tree
     tree = m["one_tree"]
     assert tree["holds"] and not tree["scratch_present"] and not tree["removed_by_saphan"]
+    assert tree["git_dirs_below"] == []  # no second repository under the first
     assert tree["changed_since_head"] == [
         {"item": "test_suite::test_tree", "head": "failed", "final": "passed"}]
     assert m["phases"]["final"]["failed"] == ["test_suite::test_intro", "test_suite::test_pre"]
@@ -74,6 +75,7 @@ def test_pre_existing_introduced_fixed_and_one_tree(saphan_sqlite: Saphan,
     assert "introduced:   2: test_suite::test_intro, test_suite::test_tree (passes over one " \
            "tree" in shown
     assert "one tree:  yes" in shown
+    assert '"<the measure-base driver>", "saphan-measure-base"' in shown
     # the working tree is left as it was: nothing of the measurement shows
     assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
 
