@@ -81,7 +81,7 @@ def build(order: Order, read: Reader, *, workdir: str, repository: str,
         "verified": expected is not None and measured == expected,
     }
     report["head"] = {"commit": _sha(read, "head", notes)}
-    why = _not_measured(order, steps, expected, measured, workdir)
+    why = _not_measured(order, steps, expected, measured, workdir, target=target)
     report["one_tree"] = {**one_tree, "scratch_removed_before_final": steps.get("removed") == 0,
                           "final_ran": "final" in steps}
     report["one_tree"]["holds"] = bool(report["one_tree"]["final_ran"]
@@ -258,7 +258,7 @@ def _outcomes(order: Order, phase: str, status: int, read: Reader) -> oc.Outcome
 
 
 def _not_measured(order: Order, steps: Mapping[str, int], expected: str | None,
-                  measured: str | None, workdir: str) -> str | None:
+                  measured: str | None, workdir: str, *, target: str) -> str | None:
     """Why the base was not measured (None: it was, at the expected SHA)."""
     scratch = f"{workdir.rstrip('/')}/{order.scratch}"
     last = next((s for s in reversed(STEPS) if s in steps), None)
@@ -273,7 +273,7 @@ def _not_measured(order: Order, steps: Mapping[str, int], expected: str | None,
         "clone": "`git clone --shared --no-checkout` failed (its message is in the run's "
                  "stderr)",
         "checkout": (f"`git checkout --detach` found no commit {order.base!r} (nor "
-                     f"origin/{order.base}) in the scratch clone" if not measured else
+                     f"origin/{order.base}) in the scratch clone" if not target else
                      "`git checkout --detach` failed (its message is in the run's stderr)"),
         "verify": "`git rev-parse HEAD` failed in the scratch clone",
     }
