@@ -759,8 +759,9 @@ def measure_base(ctx: click.Context, machine_name: str, slot_name: str, repo: st
     JSON) or, for any other command, its exit status as one item. The report
     is in `saphan runs show ID` and runs/<id>/measure.json (docs/measure-base.md).
 
-    Exit status: 0 measured, nothing introduced; 1 measured, a failure
-    introduced; 4 base not measured (or its outcomes unreadable); 3 refused.
+    Exit status: 0 measured, nothing to look at; 1 measured, something to look
+    at (a failure introduced, one only at head, a suite that did not complete);
+    4 base not measured (or not isolated, or its outcomes unreadable); 3 refused.
     """
     from saphan.errors import UserError
     from saphan.measure import report

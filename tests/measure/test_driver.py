@@ -43,8 +43,11 @@ def test_every_step_and_file_of_a_measurement(tmp_path: Path) -> None:
     code, files = _run(tmp_path / "out", repo, base=base[:7])
     assert code == driver.MEASURED
     assert files["steps"].splitlines() == [
-        "fresh 0", "ignored 0", "expected 0", "clone 0", "checkout 0", "verify 0", "base 1",
-        "head 1", "removed 0", "final 1"]
+        "fresh 0", "ignored 0", "expected 0", "clone 0", "checkout 0", "verify 0", "paths 0",
+        "base 1", "head 1", "removed 0", "final 1"]
+    # the base run's import paths: this interpreter's, the scratch first
+    paths = files["paths"].split("\0")
+    assert paths[0] == str(repo / ".saphan-run" / "base-t") and sys.prefix in " ".join(paths)
     assert files["expected"].strip() == files["measured"].strip() == base
     assert files["head"].strip() == head and files["target"].strip() == base[:7]
     for phase in ("base", "head", "final"):

@@ -65,8 +65,8 @@ def test_pre_existing_introduced_fixed_and_one_tree(saphan_sqlite: Saphan,
     assert not (repo / m["order"]["scratch"]).exists()
     assert m["order"]["scratch"].startswith(".saphan-run/base-")
     assert [st["step"] for st in m["steps"]] == [
-        "fresh", "ignored", "expected", "clone", "checkout", "verify", "base", "head",
-        "removed", "final"]
+        "fresh", "ignored", "expected", "clone", "checkout", "verify", "paths", "base",
+        "head", "removed", "final"]
     # the same report in measure.json, and in `runs show`
     saved = json.loads(Path(m["file"]).read_text())
     assert saved["pairs"] == pairs and Path(m["file"]).parent.name == rec["id"]
@@ -190,10 +190,95 @@ def test_cargo_per_test_outcomes_from_libtest_json(saphan_sqlite: Saphan,
     m = rec["measure"]
     assert m["result"] == "measured", (r.err[-3000:], m)
     assert m["order"]["test"] == [cargo, "test", "--offline", "-q"]
-    assert rec["argv"][-5:] == ["--", "-Z", "unstable-options", "--format", "json"]
+    assert rec["argv"][-9:] == ["test", "--no-fail-fast", "--offline", "-q", "--", "-Z",
+                                "unstable-options", "--format", "json"]
     assert m["pairs"]["pre-existing"] == ["tests::pre"]
     assert m["pairs"]["introduced"] == ["tests::intro"]
     assert m["pairs"]["fixed"] == ["tests::fixed"]
     assert m["pairs"]["passing"] == ["tests::keep"]
     assert os.path.isdir(repo / "target")  # head's own build stays; the scratch's went
     assert m["one_tree"]["holds"]
+
+
+# -- review: the base run must be the base's, and a broken head must be seen ------
+
+
+def _commit_all(repo: Path, message: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def test_the_working_trees_pytest_config_and_conftest_do_not_reach_the_base(
+        saphan_sqlite: Saphan, tmp_path: Path) -> None:
+    s = saphan_sqlite
+    _local(s)
+    repo = tmp_path / "cfg"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "test_calc.py").write_text(
+        "import os\n\ndef test_rounding():\n    assert os.environ.get('CALC_MODE', 'exact')"
+        " == 'exact'\n\ndef test_keep():\n    assert True\n")
+    base = _commit_all(repo, "base")
+    # head: a pytest.ini (rootdir found above the scratch) and a conftest.py
+    (repo / "pytest.ini").write_text("[pytest]\n")
+    (repo / "conftest.py").write_text("import os\nos.environ['CALC_MODE'] = 'fast'\n")
+    _commit_all(repo, "head")
+    r, rec = _measure(s, ("--workdir", str(repo)), base)
+    m = rec["measure"]
+    assert m["result"] == "measured", r.err
+    assert m["pairs"]["introduced"] == ["test_calc::test_rounding"], m["pairs"]
+    assert m["pairs"]["passing"] == ["test_calc::test_keep"]
+    assert m["pairs"]["only-base"] == m["pairs"]["only-head"] == []
+    assert r.code == 1
+
+
+def test_an_editable_install_into_the_tree_is_base_not_isolated(
+        saphan_sqlite: Saphan, tmp_path: Path) -> None:
+    import site
+    import sysconfig
+
+    s = saphan_sqlite
+    _local(s)
+    repo = tmp_path / "editable"
+    (repo / "src" / "calc").mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "src" / "calc" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
+    (repo / "test_calc.py").write_text(
+        "from calc import add\n\ndef test_add():\n    assert add(2, 2) == 4\n")
+    base = _commit_all(repo, "base")
+    (repo / "src" / "calc" / "__init__.py").write_text("def add(a, b):\n    return a * b + 1\n")
+    _commit_all(repo, "head")
+    # an environment with pytest and the project installed editable (the .pth
+    # `pip install -e .` writes for a src layout)
+    venv = tmp_path / "venv"
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = Path(sysconfig.get_path("purelib", vars={"base": str(venv),
+                                                       "platbase": str(venv)}))
+    here = [p for p in (*site.getsitepackages(), sysconfig.get_path("purelib"))
+            if (Path(p) / "pytest").is_dir()]
+    (purelib / "outer.pth").write_text(here[0] + "\n")
+    (purelib / "__editable__.calc-0.0.pth").write_text(str(repo / "src") + "\n")
+    py = str(venv / "bin" / "python")
+    r, rec = _measure(s, ("--workdir", str(repo)), base,
+                      test=(py, "-m", "pytest", "-q", "-p", "no:cacheprovider"))
+    m = rec["measure"]
+    assert m["result"] == "base not isolated", (r.err[-2000:], m)
+    assert m["base"]["imports_from_working_tree"] == [str(repo / "src")]
+    assert "pairs" not in m and r.code == 4
+
+
+def test_a_collection_error_at_head_is_not_exit_zero(saphan_sqlite: Saphan,
+                                                     tmp_path: Path) -> None:
+    s = saphan_sqlite
+    _local(s)
+    repo, base, _ = python_repo(tmp_path)
+    with (repo / "test_suite.py").open("a") as f:
+        f.write("\ndef broken(:\n")
+    r, rec = _measure(s, ("--workdir", str(repo)), base)
+    m = rec["measure"]
+    assert m["result"] == "measured" and r.code == 1, r.err
+    assert any(a.startswith("the head run did not complete: pytest exit 2")
+               for a in m["attention"])

@@ -77,7 +77,10 @@ def test_outcomes_are_read_off_the_test_command(test: list[str], kind: str) -> N
 
 def test_cargo_is_asked_for_libtest_json_once() -> None:
     assert order.make("main", ["cargo", "test"]).test_argv() == [
-        "cargo", "test", "--", *order.CARGO_JSON]
-    assert order.make("main", ["cargo", "test", "--", "--nocapture"]).test_argv() == [
-        "cargo", "test", "--", "--nocapture", *order.CARGO_JSON]
+        "cargo", "test", "--no-fail-fast", "--", *order.CARGO_JSON]
+    assert order.make("main", ["cargo", "+nightly", "test", "-q", "--", "--nocapture"]
+                      ).test_argv() == ["cargo", "+nightly", "test", "--no-fail-fast", "-q",
+                                        "--", "--nocapture", *order.CARGO_JSON]
+    assert order.make("main", ["cargo", "test", "--no-fail-fast"]).test_argv() == [
+        "cargo", "test", "--no-fail-fast", "--", *order.CARGO_JSON]
     assert order.make("main", ["pytest", "-q"]).test_argv() == ["pytest", "-q"]

@@ -122,10 +122,50 @@ def test_a_name_reported_twice_fails_if_either_failed() -> None:
     b'<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">]><testsuite/>',
     b'<!doctype x SYSTEM "file:///etc/passwd"><testsuite/>',
     b"<testsuite><testcase",
+    # the same DOCTYPE in UTF-16 (no "<!DOCTYPE" bytes to find; review: expat
+    # parsed it and a billion-laughs report took 3 GB)
+    '<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE l [<!ENTITY l "lol">]>'
+    '<testsuite><testcase name="&l;"/></testsuite>'.encode("utf-16"),
+    '<!DOCTYPE l [<!ENTITY l "lol">]><testsuite/>'.encode("utf-16-be"),
+    b'<?xml version="1.0" encoding="latin-1"?><testsuite/>',
+    b'<testsuite><testcase name="&undefined;"/></testsuite>',
 ])
 def test_a_hostile_or_broken_junit_report_is_unreadable(xml: bytes) -> None:
     with pytest.raises(ReportUnreadable):
         outcomes.from_junit(xml)
+
+
+def test_a_deep_or_huge_report_is_streamed_and_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    deep = b"<a>" * 200_000 + b'<testcase classname="m" name="t"/>' + b"</a>" * 200_000
+    assert outcomes.from_junit(deep).items == {"m::t": PASSED}
+    long = b'<testsuite><testcase classname="m" name="' + b"x" * 5000 + b'"/></testsuite>'
+    (name,) = outcomes.from_junit(long).items
+    assert len(name) == outcomes.MAX_NAME + len("…(cut)") and name.endswith("…(cut)")
+    monkeypatch.setattr(outcomes, "MAX_ITEMS", 3)
+    many = b"<s>" + b"".join(b'<testcase name="%d"/>' % i for i in range(4)) + b"</s>"
+    with pytest.raises(ReportUnreadable, match="more than 3 items"):
+        outcomes.from_junit(many)
+    lines = [b'{"type":"test","event":"ok","name":"t%d"}' % i for i in range(4)]
+    with pytest.raises(ReportUnreadable, match="more than 3 items"):
+        outcomes.from_cargo(lines)
+
+
+def test_a_name_two_cargo_binaries_report_is_told_apart() -> None:
+    # review: tests/a.rs::same fails at both, tests/b.rs::same only at head;
+    # folded into one name, b's introduced failure was reported pre-existing
+    def run(b_result: str) -> outcomes.Outcomes:
+        return outcomes.from_cargo([
+            b'{"type":"suite","event":"started","test_count":1}',
+            b'{"type":"test","event":"failed","name":"same"}',
+            b'{"type":"suite","event":"started","test_count":2}',
+            b'{"type":"test","event":"%s","name":"same"}' % b_result.encode(),
+            b'{"type":"test","event":"ok","name":"only_b"}'])
+    base, head = run("ok"), run("failed")
+    assert base.items == {"same [binary 1]": FAILED, "same [binary 2]": PASSED,
+                          "only_b": PASSED}
+    pairs = outcomes.pair(base, head)
+    assert pairs["introduced"] == ["same [binary 2]"]
+    assert pairs["pre-existing"] == ["same [binary 1]"]
 
 
 def test_a_report_through_a_link_or_too_large_is_unreadable(tmp_path: Path,

@@ -34,8 +34,11 @@ OTHER_SHA = hashlib.sha1(b"moved").hexdigest()
 HEAD_SHA = hashlib.sha1(b"head").hexdigest()
 WORKDIR = "/w/tree"
 PYTEST_ORDER = order_mod.make("main", ("pytest", "-q"), token="t1")
-STEPS_OK = (b"fresh 0\nignored 0\nexpected 0\nclone 0\ncheckout 0\nverify 0\n"
+STEPS_OK = (b"fresh 0\nignored 0\nexpected 0\nclone 0\ncheckout 0\nverify 0\npaths 0\n"
             b"base 1\nhead 1\nremoved 0\nfinal 1\n")
+#: the base run's import paths: the scratch first, then the interpreter's own
+PATHS_OK = "\0".join([f"{WORKDIR}/{PYTEST_ORDER.scratch}", "/usr/lib/python3.11",
+                      "/usr/lib/python3/dist-packages"]).encode()
 TREE_CLEAN: dict[str, Any] = {"scratch_present": False, "removed_by_saphan": False,
                               "git_dirs_below": []}
 
@@ -94,7 +97,7 @@ def reader(files: Mapping[str, bytes]) -> report.Reader:
 def measured_files(junit: Mapping[str, bytes], **over: bytes) -> dict[str, bytes]:
     files = {"steps": STEPS_OK, "expected": BASE_SHA.encode() + b"\n", "target": b"main\n",
              "measured": BASE_SHA.encode() + b"\n", "head": HEAD_SHA.encode() + b"\n",
-             **junit}
+             "paths": PATHS_OK, **junit}
     files.update(over)
     return files
 
@@ -370,7 +373,7 @@ def test_a_steps_file_that_cannot_be_read_is_noted_and_not_measured(
     assert got["notes"] == ["the driver's step file could not be read: measure-steps is a "
                             "symbolic link"]
     assert "before its 'fresh' step (after no step)" in got["why"]
-    assert report.not_ignored(PYTEST_ORDER, _raising({}, "steps")) is None
+    assert not report.not_ignored(_raising({}, "steps"), 21)
 
 
 @pytest.mark.parametrize("bad", ["expected", "measured"])
@@ -471,7 +474,7 @@ def test_cargo_outcomes_come_from_libtest_json_lines() -> None:
 
 
 def test_files_for_names_every_file_build_reads(junit: dict[str, bytes]) -> None:
-    assert report.files_for(PYTEST_ORDER) == (*report.FACTS, "base.xml", "head.xml",
+    assert report.files_for(PYTEST_ORDER) == (*report.FACTS, "paths", "base.xml", "head.xml",
                                               "final.xml")
     assert report.files_for(CARGO_ORDER) == (*report.FACTS, "base.json", "head.json",
                                              "final.json")
@@ -500,18 +503,23 @@ def test_files_for_names_every_file_build_reads(junit: dict[str, bytes]) -> None
 # -- not_ignored -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("steps", "want"), [
-    (b"fresh 0\nignored 1\n", 1),
-    (b"fresh 0\nignored 0\nexpected 0\n", None),
-    (b"fresh 0\nignored 128\n", None),
-    (b"fresh 1\n", None),
-    (b"fresh 1\nignored 1\n", None),
-    (b"ignored 1\n", None),
-    (b"", None),
+@pytest.mark.parametrize(("steps", "code", "want"), [
+    (b"fresh 0\nignored 1\n", 21, True),
+    # review: a suite that ran later wrote the two lines and killed the driver
+    (b"fresh 0\nignored 1\n", -9, False),
+    (b"fresh 0\nignored 1\n", 0, False),
+    (b"fresh 0\nignored 1\n", None, False),
+    (b"fresh 0\nignored 1\nexpected 0\n", 21, False),
+    (b"fresh 0\nignored 0\nexpected 0\n", 21, False),
+    (b"fresh 0\nignored 128\n", 21, False),
+    (b"fresh 1\n", 21, False),
+    (b"fresh 1\nignored 1\n", 21, False),
+    (b"ignored 1\n", 21, False),
+    (b"", 21, False),
 ])
-def test_not_ignored_only_when_fresh_and_check_ignore_said_1(steps: bytes,
-                                                             want: int | None) -> None:
-    assert report.not_ignored(PYTEST_ORDER, reader({"steps": steps})) == want
+def test_not_ignored_only_when_the_driver_itself_ended_there(steps: bytes, code: int | None,
+                                                             want: bool) -> None:
+    assert report.not_ignored(reader({"steps": steps}), code) is want
 
 
 # -- lines ---------------------------------------------------------------------------------
@@ -597,3 +605,65 @@ def test_write_never_follows_a_link_planted_at_its_names(tmp_path: Path,
     assert outside.read_text() == "keep me\n"
     assert stat.S_ISREG(os.lstat(path).st_mode)
     assert json.loads(Path(path).read_text()) == got
+
+
+# -- review: what a benign suite must not hide ----------------------------------------
+
+
+def test_a_base_run_importing_the_working_tree_is_base_not_isolated(
+        junit: dict[str, bytes]) -> None:
+    # review: an editable install (a .pth, or setuptools' finder map) made the
+    # "base" run import head's package: a regression read as pre-existing
+    leak = f"{WORKDIR}/src"
+    paths = PATHS_OK + b"\0" + leak.encode() + b"\0" + f"{WORKDIR}/.saphan-run/x".encode()
+    got = build(measured_files(junit, paths=paths))
+    assert got["result"] == "base not isolated"
+    assert got["base"]["imports_from_working_tree"] == [f"{WORKDIR}/.saphan-run/x", leak]
+    assert "editable install" in got["why"] and "pairs" not in got
+    assert report.exit_status(got) == report.EXIT_NOT_MEASURED
+    # the scratch itself, and paths outside the tree, are not leaks
+    assert build(measured_files(junit))["result"] == "measured"
+    # unreadable paths: noted, not silently taken as isolated
+    got = build(measured_files(junit, steps=STEPS_OK.replace(b"paths 0", b"paths 127")))
+    assert got["result"] == "measured"
+    assert any("import paths could not be read (status 127)" in n for n in got["notes"])
+
+
+def _with_head(junit: dict[str, bytes], head: bytes, status: int) -> dict[str, Any]:
+    steps = STEPS_OK.replace(b"head 1", b"head %d" % status)
+    return build(measured_files(junit, **{"head.xml": head, "steps": steps}))
+
+
+def test_a_head_run_that_did_not_complete_needs_attention(junit: dict[str, bytes]) -> None:
+    # review: a collection error at head (pytest exit 2) paired every base item
+    # as only-base and exited 0
+    broken = (b'<testsuites><testsuite><testcase classname="" name="test_suite">'
+              b'<error message="collection failure"/></testcase></testsuite></testsuites>')
+    got = _with_head(junit, broken, 2)
+    assert got["result"] == "measured" and got["counts"]["introduced"] == 0
+    assert "fails at head, absent at base: ::test_suite" in got["attention"]
+    assert ("the head run did not complete: pytest exit 2, interrupted (a collection error, "
+            "or stopped)") in got["attention"]
+    assert "no item is named at both base and head: nothing could be compared" \
+        in got["attention"]
+    assert report.exit_status(got) == 1
+    assert any(ln.startswith("  attention: the head run did not complete")
+               for ln in report.lines(got))
+    empty = b"<testsuites><testsuite/></testsuites>"
+    got = _with_head(junit, empty, 5)
+    assert any(a.startswith("the head run reported no items") for a in got["attention"])
+
+
+def test_nothing_to_look_at_is_exit_zero(junit: dict[str, bytes]) -> None:
+    files = measured_files(junit, **{"head.xml": junit["base.xml"]})
+    got = build(files)
+    assert got["result"] == "measured" and got["attention"] == []
+    assert report.exit_status(got) == 0
+
+
+def test_git_repositories_left_below_the_tree_are_named(junit: dict[str, bytes]) -> None:
+    tree = {**TREE_CLEAN, "git_dirs_below": ["vendor/lib/.git", "(stopped looking after 9 "
+                                             "entries)"]}
+    got = build(measured_files(junit), tree=tree)
+    assert any(n.startswith("git repositories below the working tree after the run")
+               and n.endswith(": vendor/lib/.git") for n in got["notes"])

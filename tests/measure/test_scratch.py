@@ -54,8 +54,8 @@ def survived(out: Path) -> bool:
 # -- check_local ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("remove", [False, True])
-def test_an_absent_scratch_is_reported_absent(tmp_path: Path, remove: bool) -> None:
+@pytest.mark.parametrize("remove", [None, SCRATCH])
+def test_an_absent_scratch_is_reported_absent(tmp_path: Path, remove: str | None) -> None:
     wd = tree(tmp_path)
     assert scratch.check_local(str(wd), SCRATCH, remove=remove) == {
         "scratch_present": False, "removed_by_saphan": False, "git_dirs_below": []}
@@ -64,7 +64,7 @@ def test_an_absent_scratch_is_reported_absent(tmp_path: Path, remove: bool) -> N
 def test_a_scratch_whose_parent_is_gone_is_absent(tmp_path: Path) -> None:
     wd = tmp_path / "wd"
     wd.mkdir()
-    got = scratch.check_local(str(wd), "nested/deeper/base-x", remove=True)
+    got = scratch.check_local(str(wd), "nested/deeper/base-x", remove="nested")
     assert got == {"scratch_present": False, "removed_by_saphan": False, "git_dirs_below": []}
 
 
@@ -72,7 +72,7 @@ def test_a_scratch_still_there_is_reported_and_kept_unless_removal_is_asked(
         tmp_path: Path) -> None:
     wd = tree(tmp_path)
     a_clone(wd / SCRATCH)
-    got = scratch.check_local(str(wd), SCRATCH, remove=False)
+    got = scratch.check_local(str(wd), SCRATCH, remove=None)
     assert got["scratch_present"] is True
     assert got["removed_by_saphan"] is False
     assert "check_error" not in got
@@ -86,7 +86,7 @@ def test_a_scratch_still_there_is_removed_and_its_siblings_kept(tmp_path: Path) 
     sibling = wd / ".saphan-run" / "base-y"
     sibling.mkdir()
     (sibling / "file").write_text("other run\n")
-    got = scratch.check_local(str(wd), SCRATCH, remove=True)
+    got = scratch.check_local(str(wd), SCRATCH, remove=SCRATCH)
     assert got == {"scratch_present": False, "removed_by_saphan": True, "git_dirs_below": []}
     assert not os.path.lexists(wd / SCRATCH)
     assert (sibling / "file").read_text() == "other run\n"
@@ -98,7 +98,7 @@ def test_a_scratch_still_there_is_removed_and_its_siblings_kept(tmp_path: Path) 
 def test_a_scratch_that_is_a_file_is_removed(tmp_path: Path) -> None:
     wd = tree(tmp_path)
     (wd / SCRATCH).write_text("not a clone\n")
-    got = scratch.check_local(str(wd), SCRATCH, remove=True)
+    got = scratch.check_local(str(wd), SCRATCH, remove=SCRATCH)
     assert got["removed_by_saphan"] is True
     assert not os.path.lexists(wd / SCRATCH)
 
@@ -107,7 +107,7 @@ def test_a_scratch_that_is_a_link_loses_only_the_link(tmp_path: Path) -> None:
     wd = tree(tmp_path)
     out = outside(tmp_path)
     (wd / SCRATCH).symlink_to(out, target_is_directory=True)
-    got = scratch.check_local(str(wd), SCRATCH, remove=True)
+    got = scratch.check_local(str(wd), SCRATCH, remove=SCRATCH)
     assert got["removed_by_saphan"] is True
     assert got["scratch_present"] is False
     assert not os.path.lexists(wd / SCRATCH)
@@ -121,7 +121,7 @@ def test_a_link_above_the_scratch_is_refused_and_nothing_outside_removed(
     out = outside(tmp_path)
     a_clone(out / "base-x")
     (wd / ".saphan-run").symlink_to(out, target_is_directory=True)
-    got = scratch.check_local(str(wd), SCRATCH, remove=True)
+    got = scratch.check_local(str(wd), SCRATCH, remove=SCRATCH)
     assert got["scratch_present"] is True
     assert got["removed_by_saphan"] is False
     assert got["check_error"].startswith("PlantedLink: ")
@@ -142,7 +142,7 @@ def test_removal_never_follows_a_link_inside_the_scratch(tmp_path: Path) -> None
     (inner / "to-file").symlink_to(out / "precious")
     (wd / SCRATCH / "to-deep").symlink_to(out / "deep", target_is_directory=True)
     (wd / SCRATCH / "to-root").symlink_to(tmp_path, target_is_directory=True)
-    got = scratch.check_local(str(wd), SCRATCH, remove=True)
+    got = scratch.check_local(str(wd), SCRATCH, remove=SCRATCH)
     assert got["removed_by_saphan"] is True
     assert not os.path.lexists(wd / SCRATCH)
     assert survived(out)
@@ -188,3 +188,41 @@ def test_git_dirs_below_stops_walking_at_the_entry_limit(tmp_path: Path,
     got = scratch.git_dirs_below(str(wd))
     assert len(got) == 1
     assert got[0].startswith("(stopped looking after ")
+
+
+def test_what_the_run_made_above_the_scratch_goes_with_it(tmp_path: Path) -> None:
+    # review: a killed run's `scr/a/b` lost only `b`; the empty `scr/a` stayed
+    wd = tree(tmp_path)
+    assert scratch.first_missing(str(wd), "scr/a/b") == "scr"
+    (wd / "scr" / "a").mkdir(parents=True)  # the clone died before making b
+    got = scratch.check_local(str(wd), "scr/a/b", remove="scr")
+    assert got["removed_by_saphan"] and not got["scratch_present"]
+    assert not (wd / "scr").exists() and (wd / "src" / "code.py").exists()
+
+
+def test_the_top_gitfile_of_a_linked_worktree_is_not_a_repository_below(
+        tmp_path: Path) -> None:
+    wd = tmp_path / "wt"
+    wd.mkdir()
+    (wd / ".git").write_text("gitdir: /somewhere/.git/worktrees/wt\n")
+    (wd / "sub").mkdir()
+    (wd / "sub" / ".git").write_text("gitdir: elsewhere\n")
+    assert scratch.git_dirs_below(str(wd)) == ["sub/.git"]
+
+
+def test_a_directory_the_walk_cannot_enter_is_said(tmp_path: Path) -> None:
+    # review: a .git below a path longer than PATH_MAX was skipped in silence
+    wd = tree(tmp_path)
+    fd = os.open(wd, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(25):  # 25 * 201 characters: past PATH_MAX (4096)
+            os.mkdir("d" * 200, dir_fd=fd)
+            nxt = os.open("d" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        os.mkdir(".git", dir_fd=fd)
+    finally:
+        os.close(fd)
+    got = scratch.git_dirs_below(str(wd))
+    assert got[-1].startswith("(not looked into: 1 directory, e.g. [Errno 36] File name too "
+                              "long"), got

@@ -32,9 +32,11 @@ def command(order: Order, *, out: str, repository: str, workdir: str, far: bool)
                        add_rule=far and order.default_scratch, test=order.test_argv())
 
 
-def local(order: Order, *, out_dir: str, workdir: str, repository: str,
-          run_dir: str) -> dict[str, Any]:
-    """The report of a run on this host (its return directory ``out_dir``)."""
+def local(order: Order, *, out_dir: str, workdir: str, repository: str, run_dir: str,
+          exit_code: int | None, made: str | None) -> dict[str, Any]:
+    """The report of a run on this host (its return directory ``out_dir``;
+    ``made``: the first component of the scratch path saphan saw absent just
+    before the run — what is there now is the run's, and is removed)."""
 
     def read(name: str) -> bytes | None:
         path = os.path.join(out_dir, f"measure-{name}")
@@ -45,15 +47,16 @@ def local(order: Order, *, out_dir: str, workdir: str, repository: str,
                 return None
             raise
 
-    _refuse_unignored(order, read, workdir)
-    tree = scratch.check_local(workdir, order.scratch, remove=_made_by_run(read))
-    return _finish(order, read, tree, workdir=workdir, repository=repository, run_dir=run_dir)
+    tree = scratch.check_local(workdir, order.scratch, remove=made)
+    return _finish(order, read, tree, workdir=workdir, repository=repository, run_dir=run_dir,
+                   exit_code=exit_code)
 
 
 def far(order: Order, conn: SSHConnection, *, out_dir: str, workdir: str, repository: str,
-        run_dir: str) -> dict[str, Any]:
+        run_dir: str, exit_code: int | None) -> dict[str, Any]:
     """The report of a run on a runner: its return directory ``out_dir``
-    there is read file by file, then removed."""
+    there is read file by file, then removed. The scratch is removed there
+    only when the driver saw its path free (saphan did not look before)."""
     from saphan.site import far as far_side
 
     cache: dict[str, bytes | None] = {}
@@ -66,19 +69,30 @@ def far(order: Order, conn: SSHConnection, *, out_dir: str, workdir: str, reposi
     def read(name: str) -> bytes | None:
         return cache.get(name)
 
-    _refuse_unignored(order, read, workdir)
     tree = scratch.check_far(conn, workdir, order.scratch, remove=_made_by_run(read))
-    return _finish(order, read, tree, workdir=workdir, repository=repository, run_dir=run_dir)
+    return _finish(order, read, tree, workdir=workdir, repository=repository, run_dir=run_dir,
+                   exit_code=exit_code)
 
 
 def _finish(order: Order, read: report.Reader, tree: dict[str, Any], *, workdir: str,
-            repository: str, run_dir: str) -> dict[str, Any]:
+            repository: str, run_dir: str, exit_code: int | None) -> dict[str, Any]:
+    """The report built and written — then, when the driver ended at its
+    ignore check, the refusal (the report in measure.json says so too)."""
     built = report.build(order, read, workdir=workdir, repository=repository, one_tree=tree)
+    refused = report.not_ignored(read, exit_code)
+    if refused:
+        built["result"] = "refused: scratch-not-ignored"
+    if tree.get("scratch_present"):
+        built["notes"].append(
+            f"the scratch path {workdir.rstrip('/')}/{order.scratch} is still there after the "
+            "run: a git repository a run wrote — do not run git inside it; remove it")
     try:
         built["file"] = report.write(run_dir, built)
     except OSError as e:
         built["notes"].append(f"measure.json could not be written in {run_dir}: "
                               f"{errno.errorcode.get(e.errno or 0, e)}")
+    if refused:
+        _refuse_unignored(order, workdir)
     return built
 
 
@@ -92,15 +106,17 @@ def _made_by_run(read: report.Reader) -> bool:
     return raw.startswith(b"fresh 0\n")
 
 
-def _refuse_unignored(order: Order, read: report.Reader, workdir: str) -> None:
-    if report.not_ignored(order, read) is None:
-        return
+def _refuse_unignored(order: Order, workdir: str) -> None:
     rule = order.ignore_rule()
+    fix = (f"add the line `{rule}` to the repository's .gitignore or .git/info/exclude, or "
+           "omit --scratch (the default, .saphan-run/base-<random>, is ignored through "
+           "info/exclude)")
+    if order.default_scratch:
+        fix = (f"add the line `/{order.scratch.split('/')[0]}/` to the repository's "
+               "info/exclude (saphan adds it itself before a run only where the working "
+               "tree's .git is a directory: not in a linked worktree or a submodule), or "
+               "give --scratch a path the repository ignores")
     raise refusals.scratch_not_ignored(
         f"the scratch path {order.scratch} is not ignored by the repository at {workdir} "
         "(`git check-ignore` inside the boundary, before anything was cloned): the scratch "
-        "clone would show up as the run's own uncommitted work",
-        f"add the line `{rule}` to the repository's .gitignore or .git/info/exclude, or "
-        "omit --scratch (the default, .saphan-run/base-<run id>, is ignored through "
-        "info/exclude)",
-    )
+        "clone would show up as the run's own uncommitted work", fix)

@@ -12,6 +12,7 @@ run writes can change a later step of it. It writes one file per fact into
     measure-target      what ``checkout --detach`` was given (the name, or origin/NAME)
     measure-measured    ``git -C SCRATCH rev-parse HEAD`` after the checkout
     measure-head        ``git -C WORKDIR rev-parse HEAD`` (the head measured)
+    measure-paths       (pytest) the base run's import paths, NUL-separated
     measure-PHASE.xml   pytest's --junitxml (PHASE: base, head, final)
     measure-PHASE.json  cargo's libtest JSON (the stdout of its run, teed)
 
@@ -30,7 +31,14 @@ Steps (the runbook's numbers in brackets):
               branch the clone holds only as a remote-tracking one)
     verify    [3] git -C SCRATCH rev-parse HEAD; no test runs unless it is
               the expected SHA (saphan compares the two files again itself)
-    base      [4] the test command in the scratch clone
+    paths     (pytest) what the base run's Python imports from — sys.path and
+              editable installs' maps (measure-paths, NUL-separated): a path
+              into the working tree outside the scratch means the "base" run
+              would import head's code (review: an editable install did)
+    base      [4] the test command in the scratch clone (pytest: with
+              --rootdir and --confcutdir the scratch and -c its own
+              configuration, else /dev/null — never the working tree's
+              pytest.ini or conftest.py above it)
     head      [4] the test command in the working tree (the scratch still there)
     removed   [5] the scratch clone removed (and what the clone created above it)
     final     [5] the test command in the working tree again: one tree
@@ -63,6 +71,25 @@ export GIT_TERMINAL_PROMPT=0 GIT_OPTIONAL_LOCKS=0 GIT_PAGER=cat
 S=$WD/$SCR
 TOP=
 g() { git -c core.hooksPath=/dev/null -c core.fsmonitor=false "$@"; }
+interp() {
+  case ${1##*/} in python*) printf '%s\n' "$1"; return 0 ;; esac
+  p=$(command -v -- "$1") || return 1
+  IFS= read -r l < "$p" || return 1
+  case $l in '#!'*) ;; *) return 1 ;; esac
+  set -f; set -- ${l#??}; set +f
+  [ "${1##*/}" = env ] && { shift; [ "${1-}" = -S ] && shift; }
+  [ -n "${1-}" ] && printf '%s\n' "$1"
+}
+PROBE='import os, sys
+out = list(sys.path)
+for name, mod in list(sys.modules.items()):
+    if name.startswith("__editable__"):
+        for attr in ("MAPPING", "NAMESPACES"):
+            got = getattr(mod, attr, None)
+            if isinstance(got, dict):
+                for v in got.values():
+                    out += [str(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
+sys.stdout.write("\0".join(os.path.abspath(p or ".") for p in out))'
 val() { printf '%s\n' "$2" > "$OUT/measure-$1"; }
 step() { printf '%s %s\n' "$1" "$2" >> "$OUT/measure-steps"; }
 drop() {
@@ -120,7 +147,11 @@ head=$(g -C "$WD" rev-parse HEAD); val head "$head"
 phase() {
   name=$1 dir=$2; shift 2
   case $KIND in
-  pytest) ( cd "$dir" && exec "$@" "--junitxml=$OUT/measure-$name.xml" ); rc=$? ;;
+  pytest)
+    if [ "$name" = base ]; then
+      ( cd "$dir" && exec "$@" "--junitxml=$OUT/measure-$name.xml" --rootdir="$S" \
+          --confcutdir="$S" -c "$INI" ); rc=$?
+    else ( cd "$dir" && exec "$@" "--junitxml=$OUT/measure-$name.xml" ); rc=$?; fi ;;
   cargo)
     { ( cd "$dir" && RUSTC_BOOTSTRAP=1 && export RUSTC_BOOTSTRAP && exec "$@" )
       echo $? > "$OUT/measure-$name.rc"; } | tee "$OUT/measure-$name.json"
@@ -129,6 +160,23 @@ phase() {
   esac
   step "$name" "$rc"
 }
+if [ "$KIND" = pytest ]; then
+  # the base's own pytest configuration, never the working tree's above it
+  INI=/dev/null
+  for f in pytest.ini .pytest.ini; do [ -f "$S/$f" ] && { INI=$S/$f; break; }; done
+  if [ "$INI" = /dev/null ]; then
+    if [ -f "$S/pyproject.toml" ] && grep -q '^\[tool\.pytest' "$S/pyproject.toml"; then
+      INI=$S/pyproject.toml
+    elif [ -f "$S/tox.ini" ] && grep -q '^\[pytest\]' "$S/tox.ini"; then INI=$S/tox.ini
+    elif [ -f "$S/setup.cfg" ] && grep -q '^\[tool:pytest\]' "$S/setup.cfg"; then
+      INI=$S/setup.cfg
+    fi
+  fi
+  # what the base run's Python imports from: its path, and editable installs' maps
+  if py=$(interp "$1"); then
+    ( cd "$S" && exec "$py" -c "$PROBE" ) > "$OUT/measure-paths"; step paths "$?"
+  else step paths 127; fi
+fi
 phase base "$S" "$@"
 phase head "$WD" "$@"
 # [5] the scratch removed, then the working tree's own suite again

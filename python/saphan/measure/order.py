@@ -7,7 +7,8 @@ per-test outcomes come from, read off the test command:
   driver appends ``--junitxml=<the run's return directory>/measure-PHASE.xml``;
 - ``cargo`` (``cargo [+toolchain] test …``): libtest's JSON lines, asked for
   with ``-- -Z unstable-options --format json`` under ``RUSTC_BOOTSTRAP=1``
-  (stable libtest prints JSON only so; the variable also reaches the build);
+  (stable libtest prints JSON only so; the variable also reaches the build),
+  and ``--no-fail-fast`` (a failing test binary must not hide the next's);
 - anything else: the command's exit status, one item, labelled as such.
 """
 
@@ -57,9 +58,13 @@ class Order:
     def test_argv(self) -> list[str]:
         """The test command as the driver runs it (cargo's JSON asked for)."""
         argv = list(self.test)
-        if self.kind == "cargo":
-            return [*argv, *CARGO_JSON] if "--" in argv else [*argv, "--", *CARGO_JSON]
-        return argv
+        if self.kind != "cargo":
+            return argv
+        if "--no-fail-fast" not in argv[: argv.index("--") if "--" in argv else len(argv)]:
+            # every test binary runs: one that fails must not hide the next's items
+            at = argv.index("test")
+            argv = [*argv[:at + 1], "--no-fail-fast", *argv[at + 1:]]
+        return [*argv, *CARGO_JSON] if "--" in argv else [*argv, "--", *CARGO_JSON]
 
     def ignore_rule(self) -> str:
         """The line that makes git ignore the scratch (for the refusal)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -69,34 +70,92 @@ def read_limited(path: str) -> bytes:
     return data
 
 
-def from_junit(data: bytes) -> Outcomes:
-    """pytest's ``--junitxml``: each ``testcase`` is ``classname::name``;
-    a ``failure`` or ``error`` child fails it, ``skipped`` skips it."""
-    import xml.etree.ElementTree as ET
+#: what one side may hold: items, characters of one name, characters of all names
+MAX_ITEMS, MAX_NAME, MAX_NAMES_TOTAL = 100_000, 1024, 16 << 20
+_ENCODING = re.compile(rb"""^<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
 
-    if b"<!DOCTYPE" in data[:4096].upper() or b"<!ENTITY" in data.upper():
+
+class _Items:
+    """Items as a suite names them, capped (:data:`MAX_ITEMS` items, names cut
+    at :data:`MAX_NAME` characters, :data:`MAX_NAMES_TOTAL` in all); a name
+    given twice fails if either failed."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, str] = {}
+        self.total = 0
+
+    def add(self, name: str, result: str) -> None:
+        if len(name) > MAX_NAME:
+            name = name[:MAX_NAME] + "…(cut)"
+        if name not in self.items:
+            if len(self.items) >= MAX_ITEMS:
+                raise ReportUnreadable(f"the report names more than {MAX_ITEMS} items")
+            self.total += len(name)
+            if self.total > MAX_NAMES_TOTAL:
+                raise ReportUnreadable(f"the report's names exceed {MAX_NAMES_TOTAL} characters")
+        if self.items.get(name) != FAILED:
+            self.items[name] = result
+
+
+def from_junit(data: bytes) -> Outcomes:
+    """pytest's ``--junitxml``: each ``testcase`` is ``classname::name``; a
+    ``failure`` or ``error`` child fails it, ``skipped`` skips it. Parsed as
+    a stream (no tree is built), UTF-8 only (a BOM or a declared encoding of
+    another kind is refused: a DOCTYPE could hide in UTF-16), and any DOCTYPE,
+    entity declaration or entity reference beyond XML's own five refused."""
+    from xml.parsers import expat
+
+    if data.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00", b"\x4c\x6f\xa7\x94")) \
+            or b"\x00" in data[:4096]:
+        raise ReportUnreadable("a JUnit report not in UTF-8")
+    declared = _ENCODING.match(data.removeprefix(b"\xef\xbb\xbf")[:512])
+    if declared is not None and declared.group(1).lower() not in (b"utf-8", b"utf8",
+                                                                 b"us-ascii", b"ascii"):
+        raise ReportUnreadable(f"a JUnit report declared {declared.group(1)!r}, not UTF-8")
+    items = _Items()
+    case: list[str] = []  # the open testcase's name, and its result so far
+
+    def refuse(*_args: object) -> None:
         raise ReportUnreadable("a JUnit report with a DOCTYPE or an entity declaration")
+
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        if tag == "testcase":
+            case[:] = [f"{attrs.get('classname', '')}::{attrs.get('name', '')}", PASSED]
+        elif case and tag in ("failure", "error"):
+            case[1] = FAILED
+        elif case and tag == "skipped" and case[1] != FAILED:
+            case[1] = SKIPPED
+
+    def end(tag: str) -> None:
+        if tag == "testcase" and case:
+            items.add(case[0], case[1])
+            case.clear()
+
+    parser = expat.ParserCreate("utf-8")
+    parser.StartDoctypeDeclHandler = refuse
+    parser.EntityDeclHandler = refuse
+    parser.UnparsedEntityDeclHandler = refuse
+    parser.ExternalEntityRefHandler = refuse  # type: ignore[assignment]
+    parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
     try:
-        root = ET.fromstring(data)
-    except ET.ParseError as e:
+        parser.Parse(data, True)
+    except expat.ExpatError as e:
         raise ReportUnreadable(f"the JUnit report is not XML ({e})") from None
-    items: dict[str, str] = {}
-    for case in root.iter("testcase"):
-        name = f"{case.get('classname', '')}::{case.get('name', '')}"
-        tags = {child.tag for child in case}
-        result = (FAILED if tags & {"failure", "error"} else
-                  SKIPPED if "skipped" in tags else PASSED)
-        # a name twice (a rerun, a parametrised id clash): a failure wins
-        if items.get(name) != FAILED:
-            items[name] = result
-    return Outcomes(items, "junit")
+    return Outcomes(items.items, "junit")
 
 
 def from_cargo(lines: Iterable[bytes]) -> Outcomes:
     """libtest's JSON lines (``cargo test -- -Z unstable-options --format
     json``): ``{"type": "test", "event": "ok"|"failed"|"ignored", "name": …}``;
-    other lines (the build's, a suite's summary) are ignored."""
-    items: dict[str, str] = {}
+    other lines (the build's) are ignored. Each test binary begins with a
+    ``suite`` ``started`` event; a name more than one binary reports (two
+    integration-test files both holding ``same``) is told apart by the
+    binary's place in the run, ``NAME [binary N]``, so one's failure is
+    never folded into another's."""
+    events: list[tuple[int, str, str]] = []
+    suite = 0
     for raw in lines:
         raw = raw.strip()
         if not raw.startswith(b"{"):
@@ -105,15 +164,26 @@ def from_cargo(lines: Iterable[bytes]) -> Outcomes:
             event = json.loads(raw)
         except ValueError:
             continue
-        if not isinstance(event, dict) or event.get("type") != "test":
+        if not isinstance(event, dict):
+            continue
+        if event.get("type") == "suite" and event.get("event") == "started":
+            suite += 1
+            continue
+        if event.get("type") != "test":
             continue
         name, what = event.get("name"), event.get("event")
         if not isinstance(name, str) or what not in ("ok", "failed", "ignored", "timeout"):
             continue
-        result = {"ok": PASSED, "ignored": SKIPPED}.get(str(what), FAILED)
-        if items.get(name) != FAILED:
-            items[name] = result
-    return Outcomes(items, "cargo")
+        events.append((suite, name, {"ok": PASSED, "ignored": SKIPPED}.get(str(what), FAILED)))
+        if len(events) > 4 * MAX_ITEMS:
+            raise ReportUnreadable(f"the report names more than {MAX_ITEMS} items")
+    suites_of: dict[str, set[int]] = {}
+    for n, name, _ in events:
+        suites_of.setdefault(name, set()).add(n)
+    items = _Items()
+    for n, name, result in events:
+        items.add(name if len(suites_of[name]) == 1 else f"{name} [binary {n}]", result)
+    return Outcomes(items.items, "cargo")
 
 
 def pair(base: Outcomes, head: Outcomes) -> dict[str, list[str]]:

@@ -13,6 +13,9 @@ unverified commit is not a measurement of the base).
 
 - ``measured``: the base verified, both sides' outcomes read, every item paired;
 - ``base not measured``: with why, and both SHAs when there are two; no verdicts;
+- ``base not isolated``: the base verified, but its run would import from the
+  working tree outside the scratch (pytest: an editable install, a path
+  entry), so its outcomes would be head's: no verdicts;
 - ``outcomes unreadable``: the base verified, but a side's per-test report
   could not be read (named): no verdicts.
 """
@@ -30,10 +33,13 @@ from saphan.measure import outcomes as oc
 from saphan.measure.order import SOURCES, Order
 
 #: the steps the driver reports, in its order
-STEPS = ("fresh", "ignored", "expected", "clone", "checkout", "verify", "base", "head",
-         "removed", "final")
+STEPS = ("fresh", "ignored", "expected", "clone", "checkout", "verify", "paths", "base",
+         "head", "removed", "final")
 PHASES = ("base", "head", "final")
-RESULTS = ("measured", "base not measured", "outcomes unreadable")
+RESULTS = ("measured", "base not measured", "base not isolated", "outcomes unreadable")
+#: pytest's exit statuses that say the suite did not run to its end
+PYTEST_INCOMPLETE = {2: "interrupted (a collection error, or stopped)", 3: "internal error",
+                     4: "usage error", 5: "no tests collected"}
 #: the files the driver writes (besides the phases' reports)
 FACTS = ("steps", "expected", "target", "measured", "head")
 #: the exit status `saphan measure-base` gives for a report that is not "measured"
@@ -57,7 +63,8 @@ def phase_file(kind: str, phase: str) -> str | None:
 def files_for(order: Order) -> tuple[str, ...]:
     """Every file the report reads for ``order``."""
     extra = [phase_file(order.kind, p) for p in PHASES]
-    return (*FACTS, *(f for f in extra if f is not None))
+    paths = ("paths",) if order.kind == "pytest" else ()
+    return (*FACTS, *paths, *(f for f in extra if f is not None))
 
 
 def build(order: Order, read: Reader, *, workdir: str, repository: str,
@@ -87,8 +94,21 @@ def build(order: Order, read: Reader, *, workdir: str, repository: str,
     report["one_tree"]["holds"] = bool(report["one_tree"]["final_ran"]
                                        and report["one_tree"]["scratch_removed_before_final"]
                                        and not one_tree.get("scratch_present"))
+    if tree_git := [g for g in one_tree.get("git_dirs_below") or [] if not g.startswith("(")]:
+        notes.append("git repositories below the working tree after the run (a run could have "
+                     "configured them: look before running git inside one): "
+                     + ", ".join(tree_git))
     if why is not None:
         report.update(result="base not measured", why=why)
+        return report
+    leaks = _isolation(order, steps, read, workdir, notes)
+    if leaks:
+        report["base"]["imports_from_working_tree"] = leaks
+        report.update(result="base not isolated", why=(
+            "the base run's Python imports from the working tree, outside the scratch clone "
+            f"({', '.join(leaks[:5])}): an editable install or a path entry would run head's "
+            "code in the \"base\" run; install the project non-editable, or run the suite "
+            "with an interpreter that does not import it from the tree"))
         return report
     sides: dict[str, oc.Outcomes | None] = {}
     unread: dict[str, str] = {}
@@ -116,7 +136,8 @@ def build(order: Order, read: Reader, *, workdir: str, repository: str,
         return report
     pairs = oc.pair(base, head)
     report.update(result="measured", pairs=pairs,
-                  counts={cls: len(names) for cls, names in pairs.items()})
+                  counts={cls: len(names) for cls, names in pairs.items()},
+                  attention=_attention(order, steps, pairs, base, head))
     if final is not None:
         report["one_tree"]["changed_since_head"] = [
             {"item": name, "head": head.items.get(name), "final": final.items.get(name)}
@@ -133,19 +154,75 @@ def _expected_from(order: Order) -> str:
             "no SHA: --expect)")
 
 
-def not_ignored(order: Order, read: Reader) -> int | None:
-    """The driver's ``ignored`` status when it says git does not ignore the
-    scratch (1); None otherwise (ignored, or another failure the report names)."""
-    steps = _steps(read, [])
-    return 1 if steps.get("fresh") == 0 and steps.get("ignored") == 1 else None
+def not_ignored(read: Reader, exit_code: int | None) -> bool:
+    """The driver ended at its ignore check: it exited with its own status
+    for that (saphan saw the exit) and its step file holds exactly the two
+    steps before it — never a step file alone (a suite that ran later could
+    have written one)."""
+    from saphan.measure.driver import NOT_IGNORED
+
+    try:
+        raw = read("steps")
+    except oc.ReportUnreadable:
+        return False
+    return exit_code == NOT_IGNORED and raw == b"fresh 0\nignored 1\n"
+
+
+def _isolation(order: Order, steps: Mapping[str, int], read: Reader, workdir: str,
+               notes: list[str]) -> list[str]:
+    """The base run's import paths (pytest) that lie in the working tree but
+    outside the scratch clone; a note when they could not be read."""
+    if order.kind != "pytest":
+        notes.append("whether the base run reads the working tree (an editable install, a "
+                     "build configuration above the scratch) is checked for pytest suites only")
+        return []
+    try:
+        raw = read("paths") if steps.get("paths") == 0 else None
+    except oc.ReportUnreadable:
+        raw = None
+    if raw is None:
+        notes.append("the base run's import paths could not be read (status "
+                     f"{steps.get('paths')}): whether it imports from the working tree is "
+                     "not checked")
+        return []
+    wd = workdir.rstrip("/")
+    scratch = f"{wd}/{order.scratch}"
+    leaks = []
+    for entry in raw[:1 << 20].decode("utf-8", "replace").split("\0"):
+        inside = entry == wd or entry.startswith(wd + "/")
+        if inside and not (entry == scratch or entry.startswith(scratch + "/")):
+            leaks.append(entry[:300])
+    return sorted(set(leaks))
+
+
+def _attention(order: Order, steps: Mapping[str, int], pairs: Mapping[str, list[str]],
+               base: oc.Outcomes, head: oc.Outcomes) -> list[str]:
+    """What a careful reader must look at besides the pairs: introduced
+    items, items failing at head only, a suite that did not run to its end,
+    sides that share no item. Any of these makes the exit status 1."""
+    out = [f"introduced: {n}" for n in pairs.get("introduced", [])]
+    out += [f"fails at head, absent at base: {n}" for n in pairs.get("only-head", [])
+            if head.items.get(n) == oc.FAILED]
+    for phase in ("base", "head"):
+        status = steps.get(phase)
+        if order.kind == "pytest" and status in PYTEST_INCOMPLETE:
+            out.append(f"the {phase} run did not complete: pytest exit {status}, "
+                       f"{PYTEST_INCOMPLETE[status]}")
+    if base.items and not head.items:
+        out.append(f"the head run reported no items (exit {steps.get('head')}), the base "
+                   f"run {len(base.items)}")
+    if base.items and head.items and not (set(base.items) & set(head.items)):
+        out.append("no item is named at both base and head: nothing could be compared")
+    return out
 
 
 def exit_status(report: Mapping[str, Any]) -> int:
-    """`saphan measure-base`: 0 measured with nothing introduced, 1 measured
-    with an introduced failure, :data:`EXIT_NOT_MEASURED` otherwise."""
+    """`saphan measure-base`: 0 measured with nothing to look at, 1 measured
+    with something in ``attention`` (an introduced failure first of all),
+    :data:`EXIT_NOT_MEASURED` otherwise."""
     if report.get("result") != "measured":
         return EXIT_NOT_MEASURED
-    return 1 if (report.get("counts") or {}).get("introduced") else 0
+    return 1 if report.get("attention") else 0
 
 
 def write(run_dir: str | os.PathLike[str], report: Mapping[str, Any]) -> str:
@@ -199,6 +276,8 @@ def lines(report: Mapping[str, Any]) -> list[str]:
         for change in tree.get("changed_since_head") or []:
             out.append(f"  changed:   {change['item']}: {change['head']} at head (scratch "
                        f"present) → {change['final']} over one tree")
+    for item in report.get("attention") or []:
+        out.append(f"  attention: {item}")
     for note in report.get("notes") or []:
         out.append(f"  note:      {note}")
     return out

@@ -31,32 +31,57 @@ WALK_LIMIT = 200_000
 NAMED = 50
 
 
-def check_local(workdir: str, scratch: str, *, remove: bool) -> dict[str, Any]:
+def check_local(workdir: str, scratch: str, *, remove: str | None) -> dict[str, Any]:
     """``{"scratch_present", "removed_by_saphan", "git_dirs_below"}`` for the
-    tree at ``workdir``; ``remove``: remove a scratch still there (the run's)."""
+    tree at ``workdir``; ``remove``: the part of the scratch path saphan saw
+    absent before the run (its first component that was not there), removed
+    if it is there now — the run made it."""
     wd = os.path.realpath(workdir)
-    parent_rel, leaf = posixpath.split(scratch)
     out: dict[str, Any] = {"scratch_present": False, "removed_by_saphan": False}
     try:
-        with nofollow.open_dir(os.path.join(wd, parent_rel) if parent_rel else wd) as fd:
-            try:
-                st = os.stat(leaf, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                st = None
-            if st is not None:
-                out["scratch_present"] = True
-                if remove:
-                    if stat.S_ISDIR(st.st_mode):
-                        shutil.rmtree(leaf, dir_fd=fd)
-                    else:
-                        os.unlink(leaf, dir_fd=fd)
-                    out.update(scratch_present=False, removed_by_saphan=True)
-    except FileNotFoundError:
-        pass  # a component above it is gone: so is the scratch
+        out["scratch_present"] = _lexists(wd, scratch)
+        if remove is not None and _lexists(wd, remove):
+            _remove(wd, remove)
+            out["removed_by_saphan"] = True
+            out["scratch_present"] = _lexists(wd, scratch)
     except (PlantedLink, OSError) as e:
         out.update(scratch_present=True, check_error=f"{type(e).__name__}: {e}")
     out["git_dirs_below"] = git_dirs_below(wd)
     return out
+
+
+def first_missing(workdir: str, scratch: str) -> str | None:
+    """The first component of ``scratch`` not there in ``workdir`` (what a
+    clone into it creates), or None when the whole path exists."""
+    wd = os.path.realpath(workdir)
+    parts = scratch.split("/")
+    for i in range(1, len(parts) + 1):
+        rel = "/".join(parts[:i])
+        if not _lexists(wd, rel):
+            return rel
+    return None
+
+
+def _lexists(wd: str, rel: str) -> bool:
+    """Whether ``wd/rel`` exists, no component followed through a link (a
+    link on the way is PlantedLink; a component missing: False)."""
+    parent, leaf = posixpath.split(rel)
+    try:
+        with nofollow.open_dir(os.path.join(wd, parent) if parent else wd) as fd:
+            os.stat(leaf, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _remove(wd: str, rel: str) -> None:
+    parent, leaf = posixpath.split(rel)
+    with nofollow.open_dir(os.path.join(wd, parent) if parent else wd) as fd:
+        st = os.stat(leaf, dir_fd=fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(leaf, dir_fd=fd)
+        else:
+            os.unlink(leaf, dir_fd=fd)
 
 
 def git_dirs_below(wd: str) -> list[str]:
@@ -64,10 +89,12 @@ def git_dirs_below(wd: str) -> list[str]:
     ``.saphan-run/tmp`` skipped; links never followed), at most :data:`NAMED`."""
     found: list[str] = []
     seen = 0
-    for root, dirs, files in os.walk(wd, followlinks=False):
+    errors: list[OSError] = []
+    for root, dirs, files in os.walk(wd, followlinks=False, onerror=errors.append):
         rel = os.path.relpath(root, wd)
         if rel == ".":
             dirs[:] = [d for d in dirs if d != ".git"]
+            files = [f for f in files if f != ".git"]  # a linked worktree's own gitfile
         elif rel == ".saphan-run":
             dirs[:] = [d for d in dirs if d != "tmp"]
         for name in [*dirs, *files]:
@@ -78,6 +105,9 @@ def git_dirs_below(wd: str) -> list[str]:
         if seen > WALK_LIMIT or len(found) >= NAMED:
             found.append(f"(stopped looking after {seen} entries)")
             break
+    if errors:
+        found.append(f"(not looked into: {len(errors)} director"
+                     f"{'y' if len(errors) == 1 else 'ies'}, e.g. {errors[0]})")
     return found
 
 
@@ -86,12 +116,14 @@ cd -P -- {wd} || exit 3
 p={parent}
 set -f
 IFS=/
+how=
 for c in $p; do
-  [ -L "$c" ] && {{ echo "link $c"; exit 4; }}
-  cd -P -- "$c" 2>/dev/null || {{ echo absent; exit 0; }}
+  if [ -L "$c" ]; then how="link $c"; break; fi
+  cd -P -- "$c" 2>/dev/null || {{ how=absent; break; }}
 done
 unset IFS
-if [ -e {leaf} ] || [ -L {leaf} ]; then
+if [ -n "$how" ]; then echo "$how"
+elif [ -e {leaf} ] || [ -L {leaf} ]; then
   if [ -n "{remove}" ]; then
     if [ -L {leaf} ] || [ ! -d {leaf} ]; then rm -f -- {leaf}; else rm -rf -- {leaf}; fi
     if [ -e {leaf} ] || [ -L {leaf} ]; then echo present; else echo removed; fi
@@ -99,6 +131,7 @@ if [ -e {leaf} ] || [ -L {leaf} ]; then
 else echo absent; fi
 cd -P -- {wd} && find . -path ./.git -prune -o -path ./.saphan-run/tmp -prune \\
   -o -name .git -print 2>/dev/null | head -n {named}
+exit 0
 """
 
 

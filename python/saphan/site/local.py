@@ -183,7 +183,12 @@ class LocalSite:
         assert order is not None
         wd = os.path.realpath(self.workdir)
         there = os.path.join(wd, order.scratch)
-        if self.repo is None and nofollow.lexists_plain(there) is not None:
+        try:
+            found = nofollow.lexists_plain(there) if self.repo is None else None
+        except OSError as e:  # a component is a file, or unreadable
+            raise UserError(f"the scratch path {there} cannot be used: {e.strerror}; give "
+                            "another --scratch") from None
+        if found is not None:
             raise UserError(f"the scratch path {there} already exists; saphan clones only into "
                             "a new path (remove it, or give another --scratch)")
         return collect.command(order, out=str(self.ctx.workspace.run_dir(run_id) / "out"),
@@ -330,6 +335,15 @@ class LocalSite:
             # memory or environ. Restored when the run ends.
             self.was_dumpable = local.set_dumpable(False)
         limit = adapter.time_limit()
+        made = None
+        if self.measure is not None:
+            from saphan.measure import scratch
+
+            # what the clone will create: the run's, removed after it if left
+            try:
+                made = scratch.first_missing(wd, self.measure.scratch)
+            except (PlantedLink, OSError):
+                made = None  # reached through a link: saphan removes nothing there
         view: View | Escaped | None = None
         if self.stream and (sys.stdout.isatty() or sys.stderr.isatty()):
             from saphan.run.view import escaped_for_tool, for_tool
@@ -371,7 +385,8 @@ class LocalSite:
             record["measure"] = collect.local(
                 self.measure, out_dir=str(self.out_dir), workdir=os.path.realpath(wd),
                 repository=(self.repo.toplevel if self.repo is not None
-                            else os.path.realpath(wd)), run_dir=str(self.run_dir))
+                            else os.path.realpath(wd)), run_dir=str(self.run_dir),
+                exit_code=finished.exit_code, made=made)
 
     def _collect(self, finished: Finished, record: dict[str, Any], end: RunEnd,
                  limit: float | None) -> None:

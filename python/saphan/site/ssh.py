@@ -520,7 +520,8 @@ class SshSite:
 
             record["measure"] = collect.far(
                 self.measure, far.conn, out_dir=posixpath.join(rwd, ".saphan-run", run_id),
-                workdir=rwd, repository=rwd, run_dir=str(run_dir))
+                workdir=rwd, repository=rwd, run_dir=str(run_dir),
+                exit_code=finished.exit_code)
         if adapter is not None:
             self._collect_agent(record, end, finished.stdout_path, finished.exit_code,
                                 killed_at=limit if finished.killed_at_limit else None)
