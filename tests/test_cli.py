@@ -24,7 +24,7 @@ VERBS = {
          "policy", "run",
          "runs", "slot", "worktrees"],
     "config": ["check", "show"],
-    "machine": ["add", "deliver", "list", "probe-confinement", "remove", "show"],
+    "machine": ["add", "deliver", "list", "probe-confinement", "remove", "set", "show"],
     "slot": ["add", "list", "remove", "set", "show"],
     "runs": ["cancel", "finalize", "list", "logs", "show"],
     "lane": ["add", "check", "list", "remove"],
@@ -85,7 +85,9 @@ def test_run_help_names_its_exit_status(home: Path) -> None:
 @pytest.mark.parametrize(("args", "needle"), [
     (["frobnicate"], "No such command"),
     (["--no-such-flag"], "No such option"),
-    (["run", "--slot", "s"], "Missing option '--machine'"),
+    (["run", "--slot", "s"], "--slot needs --machine"),
+    (["run", "--", "true"], "or --tool T to cast the run"),
+    (["run", "--slot", "s", "--machine", "m", "--tool", "command"], "not both"),
     (["slot", "add", "m", "s", "--tool", "bogus"], "'bogus' is not one of"),
     (["slot", "add", "m", "s", "--tool", "command", "--max-sessions", "many"],
      "'many' is not a valid integer"),
@@ -209,7 +211,7 @@ def test_json_shapes(saphan: Saphan, tmp_path: Path) -> None:
     s.ok("slot", "add", "m1", "s1", "--tool", "command", "--max-sessions", "2",
          "--pin-sha256", "b" * 64)
     machine_keys = {"name", "transport", "address", "identity_file", "host_key", "created_at",
-                    "ssh_agent", "proxy_jump"}
+                    "ssh_agent", "proxy_jump", "labels"}
     [m] = _canonical(s.ok("machine", "list", "--json"))
     assert set(m) == machine_keys
     assert (m["name"], m["transport"], m["address"], m["identity_file"], m["host_key"]) == (
@@ -219,7 +221,7 @@ def test_json_shapes(saphan: Saphan, tmp_path: Path) -> None:
     assert set(shown) == machine_keys | {"slots", "facts", "agents"}
     assert shown["facts"] == {}
     slot_keys = {"machine", "slot", "tool", "max_sessions", "agent_sha256", "created_at",
-                 "endpoint", "model", "max_seconds", "max_turns", "agent_path"}
+                 "endpoint", "model", "max_seconds", "max_turns", "agent_path", "labels"}
     [slot] = _canonical(s.ok("slot", "list", "--json"))
     assert shown["slots"] == [slot]
     assert set(slot) == slot_keys
@@ -246,28 +248,30 @@ def test_policy_check_json_is_the_class_as_recorded(home: Path, tmp_path: Path) 
 
 def test_tables(saphan_sqlite: Saphan) -> None:
     s = saphan_sqlite
-    assert s.ok("machine", "list").out == "NAME  TRANSPORT  ADDRESS  ADDED\n"
+    assert s.ok("machine", "list").out == "NAME  TRANSPORT  ADDRESS  ADDED  LABELS\n"
     assert s.ok("runs", "list").out.split() == [
         "ID", "MACHINE", "SLOT", "ORD", "STARTED", "OUTCOME", "EXIT/CLASS", "ENFORCED", "SIG"]
     assert s.ok("lane", "check").out == "no lanes declared; add one with `saphan lane add`\n"
     s.ok("machine", "add", "m1", "--local")
     s.ok("slot", "add", "m1", "s1", "--tool", "command")
     lines = s.ok("machine", "list").out.splitlines()
-    assert lines[0].split() == ["NAME", "TRANSPORT", "ADDRESS", "ADDED"]
+    assert lines[0].split() == ["NAME", "TRANSPORT", "ADDRESS", "ADDED", "LABELS"]
     assert lines[1].split()[:3] == ["m1", "local", "local"]
     # Columns line up: each header starts where its values start.
     assert lines[0].index("ADDRESS") == lines[1].index("local", lines[1].index("local") + 1)
     slots = s.ok("slot", "list").out.splitlines()
-    assert slots[0].split() == ["MACHINE", "SLOT", "TOOL", "MAX_SESSIONS", "AGENT_PIN"]
-    assert slots[1].split() == ["m1", "s1", "command", "1", "-"]
+    assert slots[0].split() == ["MACHINE", "SLOT", "TOOL", "MAX_SESSIONS", "AGENT_PIN",
+                                "LABELS"]
+    assert slots[1].split() == ["m1", "s1", "command", "1", "-", "-"]
     shown = s.ok("machine", "show", "m1").out.splitlines()
     assert shown[:2] == ["name: m1", "transport: local"]
-    assert "slots:" in shown and "  s1  tool=command  max_sessions=1 (default)" in shown
+    assert "slots:" in shown and "labels: -" in shown
+    assert "  s1  tool=command  max_sessions=1 (default)  labels=-" in shown
     assert shown[-1] == "facts: none measured"
     slot = s.ok("slot", "show", "m1", "s1").out.splitlines()
-    assert slot[:3] == ["slot s1 on m1: tool command, capacity 1, 0 live", "agent pin: none",
-                        "run defaults: none"]
-    assert slot[3].split() == ["ORDINAL", "RUN", "PID", "HOST", "SINCE", "LIVENESS"]
+    assert slot[:4] == ["slot s1 on m1: tool command, capacity 1, 0 live", "agent pin: none",
+                        "run defaults: none", "labels: -"]
+    assert slot[4].split() == ["ORDINAL", "RUN", "PID", "HOST", "SINCE", "LIVENESS"]
 
 
 def test_slot_run_defaults_through_the_cli(saphan_sqlite: Saphan) -> None:
@@ -361,6 +365,7 @@ def test_config_show_masks_a_postgresql_password(saphan_sqlite: Saphan) -> None:
         "ssh.command_timeout": (120, "default"),
         "codex.base_url": (None, "default"),
         "codex.env_key": (None, "default"),
+        "cast.image_fresh_seconds": (86400, "default"),
     }
     text = s.ok("config", "show").out
     assert "hunter2" not in text

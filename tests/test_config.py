@@ -56,17 +56,21 @@ command_timeout = 45
 [codex]
 base_url = "http://127.0.0.1:9000/v1"
 env_key = "LOCAL_KEY"
+[cast]
+image_fresh_seconds = 600
 """))
     assert cfg.confinement == "vendor"
     assert cfg.database_url == "postgresql://ops@db.example:5432/saphan"
     assert cfg.write_retry_seconds == 5
     assert (cfg.ssh_connect_timeout, cfg.ssh_command_timeout) == (3, 45)
     assert (cfg.codex_base_url, cfg.codex_env_key) == ("http://127.0.0.1:9000/v1", "LOCAL_KEY")
+    assert cfg.image_fresh_seconds == 600
     # Every key in the schema was exercised above: a new key needs a line here.
     assert {(s, k) for s, keys in SCHEMA.items() for k in keys} == {
         ("run", "confinement"), ("database", "url"), ("database", "write_retry_seconds"),
         ("ssh", "connect_timeout"),
-        ("ssh", "command_timeout"), ("codex", "base_url"), ("codex", "env_key")}
+        ("ssh", "command_timeout"), ("codex", "base_url"), ("codex", "env_key"),
+        ("cast", "image_fresh_seconds")}
 
 
 @pytest.mark.parametrize(("text", "needle"), [

@@ -182,20 +182,29 @@ def machine() -> None:
               help="Pin only a host key this known_hosts file lists for it.")
 @click.option("--ssh-config", type=click.Path(dir_okay=False), default=None,
               help="Read this SSH client config instead of ~/.ssh/config.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+              help="A label casts match (`saphan run --tool T --label KEY=VALUE`); repeatable.")
 @click.pass_context
 def machine_add(
     ctx: click.Context, name: str, local: bool, ssh: str | None, identity: str | None,
     ssh_agent: bool, expect_fingerprint: str | None, known_hosts: str | None,
-    ssh_config: str | None,
+    ssh_config: str | None, labels: tuple[str, ...],
 ) -> None:
     """Register a machine. For --ssh the host key is fetched, checked against
     --expect-fingerprint / --known-hosts when given (otherwise shown here and
     pinned on first use), and logging in is tried before anything is saved;
     every later connection trusts exactly that key."""
-    m = _engine(ctx).add_machine(name, local=local, ssh=ssh, identity=identity,
-                                 ssh_agent=ssh_agent, expect_fingerprint=expect_fingerprint,
-                                 known_hosts=known_hosts, ssh_config=ssh_config)
+    from saphan.fleet import labels as labels_mod
+
+    labels_mod.parse_all(labels)  # bad input: nothing is added
+    engine = _engine(ctx)
+    m = engine.add_machine(name, local=local, ssh=ssh, identity=identity,
+                           ssh_agent=ssh_agent, expect_fingerprint=expect_fingerprint,
+                           known_hosts=known_hosts, ssh_config=ssh_config)
     click.echo(f"added machine {m.name} ({m.address()})")
+    if labels:
+        got = labels_mod.set_labels(engine.ctx, m.name, "", labels, ())
+        click.echo(f"labels: {_labels_text(got)}")
     if m.host_key:
         from saphan.transport.ssh import HostKey
 
@@ -216,13 +225,44 @@ def machine_add(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def machine_list(ctx: click.Context, as_json: bool) -> None:
-    """List machines."""
-    ms = _engine(ctx).machines()
+    """List machines (and their labels)."""
+    from saphan.fleet.labels import all_labels
+
+    engine = _engine(ctx)
+    ms = engine.machines()
+    labels = all_labels(engine.ctx)
     if as_json:
-        _emit_json([m.as_dict() for m in ms])
+        _emit_json([{**m.as_dict(), "labels": labels.get((m.name, ""), {})} for m in ms])
         return
-    _table(["name", "transport", "address", "added"],
-           [[m.name, m.transport, m.address(), m.created_at] for m in ms])
+    _table(["name", "transport", "address", "added", "labels"],
+           [[m.name, m.transport, m.address(), m.created_at,
+             _labels_text(labels.get((m.name, ""), {}))] for m in ms])
+
+
+@machine.command("set")
+@click.argument("name")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+              help="Set a label (repeatable); one already there with KEY is replaced.")
+@click.option("--unlabel", "unlabels", multiple=True, metavar="KEY",
+              help="Remove the label KEY (repeatable).")
+@click.pass_context
+def machine_set(ctx: click.Context, name: str, labels: tuple[str, ...],
+                unlabels: tuple[str, ...]) -> None:
+    """Change a machine's labels (all or nothing). A slot's own label of the
+    same KEY overrides its machine's when a cast matches."""
+    from saphan.errors import UserError
+    from saphan.fleet import labels as labels_mod
+
+    if not labels and not unlabels:
+        raise UserError("nothing to change: give --label KEY=VALUE or --unlabel KEY")
+    got = labels_mod.set_labels(_engine(ctx).ctx, name, "", labels, unlabels)
+    click.echo(f"machine {name} labels: {_labels_text(got)}")
+
+
+def _labels_text(labels: dict[str, str]) -> str:
+    from saphan.confine.protected import printable
+
+    return printable(",".join(f"{k}={v}" for k, v in sorted(labels.items()))) or "-"
 
 
 @machine.command("show")
@@ -235,9 +275,13 @@ def machine_show(ctx: click.Context, name: str, as_json: bool) -> None:
     m = engine.machine(name)
     slots = engine.slots(name)
     facts = engine.machine_facts(name)
+    from saphan.fleet.labels import all_labels
+
+    every = all_labels(engine.ctx)
     value = {
         **m.as_dict(),
-        "slots": [s.as_dict() for s in slots],
+        "labels": every.get((name, ""), {}),
+        "slots": [{**s.as_dict(), "labels": every.get((name, s.name), {})} for s in slots],
         "facts": facts,
         "agents": _agents_of(slots, facts),
     }
@@ -251,10 +295,11 @@ def machine_show(ctx: click.Context, name: str, as_json: bool) -> None:
             from saphan.transport.ssh import fingerprint
 
             click.echo(f"host_key_fingerprint: {fingerprint(value[k])}")
+    click.echo(f"labels: {_labels_text(value['labels'])}")
     click.echo("slots:" if value["slots"] else "slots: none")
     for s in value["slots"]:
         click.echo(f"  {s['slot']}  tool={s['tool']}  max_sessions="
-                   f"{s['max_sessions'] or '1 (default)'}")
+                   f"{s['max_sessions'] or '1 (default)'}  labels={_labels_text(s['labels'])}")
     click.echo("agents:" if value["agents"] else "agents: none delivered or configured")
     for a in value["agents"]:
         measured = (f"sha256 {a['sha256']}, {a['version']}" if a.get("sha256")
@@ -454,12 +499,15 @@ def _defaults_text(s: Any) -> str:
               help="Concurrent runs allowed, 1..1000000 (default: exactly one).")
 @click.option("--pin-sha256", "pin", metavar="HEX", default=None,
               help="Refuse any run whose agent binary's SHA-256 is not HEX (digest-mismatch).")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+              help="A label casts match (overrides the machine's label of the same KEY); "
+                   "repeatable.")
 @_run_default_options
 @click.pass_context
 def slot_add(
     ctx: click.Context, machine_name: str, slot_name: str, tool: str, max_sessions: int | None,
     pin: str | None, endpoint: str | None, model: str | None, max_seconds: int | None,
-    max_turns: int | None, agent_path: str | None,
+    max_turns: int | None, agent_path: str | None, labels: tuple[str, ...],
 ) -> None:
     """Add a slot to a machine.
 
@@ -467,10 +515,15 @@ def slot_add(
     saphan slot add here cl --tool claude --endpoint https://gw.example/anthropic
     --model claude-sonnet-4-5 --max-seconds 1800 --max-turns 40
     """
-    s = _engine(ctx).add_slot(machine_name, slot_name, tool=tool, max_sessions=max_sessions,
-                              agent_sha256=pin, endpoint=endpoint, model=model,
-                              max_seconds=max_seconds, max_turns=max_turns,
-                              agent_path=agent_path)
+    from saphan.fleet import labels as labels_mod
+
+    labels_mod.parse_all(labels)  # bad input: nothing is added
+    engine = _engine(ctx)
+    s = engine.add_slot(machine_name, slot_name, tool=tool, max_sessions=max_sessions,
+                        agent_sha256=pin, endpoint=endpoint, model=model,
+                        max_seconds=max_seconds, max_turns=max_turns, agent_path=agent_path)
+    if labels:
+        labels_mod.set_labels(engine.ctx, machine_name, slot_name, labels, ())
     pinned = f", agent pinned to sha256 {s.agent_sha256}" if s.agent_sha256 else ""
     defaults = _defaults_text(s)
     extra = f", run defaults {defaults}" if defaults != "none" else ""
@@ -483,14 +536,19 @@ def slot_add(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def slot_list(ctx: click.Context, machine_name: str | None, as_json: bool) -> None:
-    """List slots (of one machine, or all)."""
-    ss = _engine(ctx).slots(machine_name)
+    """List slots (of one machine, or all), with their own labels."""
+    from saphan.fleet.labels import all_labels
+
+    engine = _engine(ctx)
+    ss = engine.slots(machine_name)
+    labels = all_labels(engine.ctx)
     if as_json:
-        _emit_json([s.as_dict() for s in ss])
+        _emit_json([{**s.as_dict(), "labels": labels.get((s.machine, s.name), {})}
+                    for s in ss])
         return
-    _table(["machine", "slot", "tool", "max_sessions", "agent_pin"],
-           [[s.machine, s.name, s.tool, s.max_sessions or 1,
-             s.agent_sha256 or "-"] for s in ss])
+    _table(["machine", "slot", "tool", "max_sessions", "agent_pin", "labels"],
+           [[s.machine, s.name, s.tool, s.max_sessions or 1, s.agent_sha256 or "-",
+             _labels_text(labels.get((s.machine, s.name), {}))] for s in ss])
 
 
 @slot.command("show")
@@ -503,13 +561,18 @@ def slot_show(ctx: click.Context, machine_name: str, slot_name: str, as_json: bo
     engine = _engine(ctx)
     s = engine.slot(machine_name, slot_name)
     holders = engine.holders(machine_name, slot_name)
+    from saphan.fleet.labels import all_labels
+
+    own = all_labels(engine.ctx).get((machine_name, slot_name), {})
     if as_json:
-        _emit_json({**s.as_dict(), "capacity": s.capacity, "holders": holders})
+        _emit_json({**s.as_dict(), "labels": own, "capacity": s.capacity,
+                    "holders": holders})
         return
     click.echo(f"slot {s.name} on {s.machine}: tool {s.tool}, capacity {s.capacity}, "
                f"{len(holders)} live")
     click.echo(f"agent pin: sha256 {s.agent_sha256}" if s.agent_sha256 else "agent pin: none")
     click.echo(f"run defaults: {_defaults_text(s)}")
+    click.echo(f"labels: {_labels_text(own)}")
     _table(["ordinal", "run", "pid", "host", "since", "liveness"],
            [[h["ordinal"], h["run"], h["pid"], h["host"], h["since"], h["liveness"]]
             for h in holders])
@@ -528,14 +591,18 @@ def slot_show(ctx: click.Context, machine_name: str, slot_name: str, as_json: bo
               type=click.Choice(["endpoint", "model", "max-seconds", "max-turns",
                                  "agent-path"]),
               help="Clear a run default (repeatable).")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+              help="Set a label (repeatable; overrides the machine's of the same KEY).")
+@click.option("--unlabel", "unlabels", multiple=True, metavar="KEY",
+              help="Remove the slot's label KEY (repeatable).")
 @click.pass_context
 def slot_set(
     ctx: click.Context, machine_name: str, slot_name: str, max_sessions: int | None,
     pin: str | None, unpin: bool, endpoint: str | None, model: str | None,
     max_seconds: int | None, max_turns: int | None, agent_path: str | None,
-    unset: tuple[str, ...],
+    unset: tuple[str, ...], labels: tuple[str, ...], unlabels: tuple[str, ...],
 ) -> None:
-    """Change a slot's capacity, agent binary pin or run defaults (at least one)."""
+    """Change a slot's capacity, agent binary pin, run defaults or labels (at least one)."""
     from saphan.errors import UserError
     from saphan.fleet.slots import check_run_defaults
     from saphan.tools.binaries import check_pin_format
@@ -543,11 +610,14 @@ def slot_set(
     defaults = {"endpoint": endpoint, "model": model, "max_seconds": max_seconds,
                 "max_turns": max_turns, "agent_path": agent_path}
     touched = any(v is not None for v in defaults.values()) or bool(unset)
-    if max_sessions is None and pin is None and not unpin and not touched:
+    if max_sessions is None and pin is None and not unpin and not touched and not labels \
+            and not unlabels:
         raise UserError("nothing to change: give --max-sessions N, --pin-sha256 HEX, --unpin, "
                         "a run default (--endpoint, --model, --max-seconds, --max-turns, "
-                        "--agent-path) or "
-                        "--unset NAME")
+                        "--agent-path), --unset NAME, --label KEY=VALUE or --unlabel KEY")
+    from saphan.fleet import labels as labels_mod
+
+    labels_mod.parse_all(labels)
     if pin is not None and unpin:
         raise UserError("give --pin-sha256 HEX or --unpin, not both")
     # Validate everything before writing anything.
@@ -571,6 +641,9 @@ def slot_set(
         s = engine.set_run_defaults(machine_name, slot_name,
                                     unset=tuple(u.replace("-", "_") for u in unset), **defaults)
         click.echo(f"slot {s.name} on {s.machine} run defaults: {_defaults_text(s)}")
+    if labels or unlabels:
+        got = labels_mod.set_labels(engine.ctx, machine_name, slot_name, labels, unlabels)
+        click.echo(f"slot {s.name} on {s.machine} labels: {_labels_text(got)}")
 
 
 @slot.command("remove")
@@ -589,8 +662,21 @@ def slot_remove(ctx: click.Context, machine_name: str, slot_name: str) -> None:
 # -- runs -----------------------------------------------------------------------
 
 @cli.command(context_settings={"ignore_unknown_options": True})
-@click.option("--machine", "machine_name", required=True, help="Machine to run on.")
-@click.option("--slot", "slot_name", required=True, help="Slot on that machine.")
+@click.option("--machine", "machine_name", default=None,
+              help="Machine to run on (with --slot); with --tool, only that machine's slots.")
+@click.option("--slot", "slot_name", default=None,
+              help="Slot on that machine. Without it, give --tool: the run is cast on the fleet.")
+@click.option("--tool", "cast_tool", default=None, metavar="TOOL",
+              help="Cast instead of naming a slot: any slot of TOOL (command, claude, codex, "
+                   "loop) whose machine can give the run its boundary, in the documented order "
+                   "(docs/fleet.md); refused fleet-full or no-eligible-slot, naming each.")
+@click.option("--label", "cast_labels", multiple=True, metavar="KEY=VALUE",
+              help="With --tool: only slots whose labels (or their machine's) say KEY=VALUE; "
+                   "repeat for more.")
+@click.option("--image", "cast_image", default=None, metavar="DIGEST",
+              help="With --tool: only machines probed with this image digest within "
+                   "[cast] image_fresh_seconds (`saphan machine probe-container`). A routing "
+                   "fact, not a boundary: the run does not execute in a container.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Working directory (default: the current one). The only tree the run may write. "
                    "On an SSH machine: required, an absolute path there.")
@@ -652,14 +738,17 @@ def slot_remove(ctx: click.Context, machine_name: str, slot_name: str) -> None:
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 @click.pass_context
 def run(
-    ctx: click.Context, machine_name: str, slot_name: str, workdir: str | None,
+    ctx: click.Context, machine_name: str | None, slot_name: str | None, workdir: str | None,
     repo: str | None, base_ref: str | None, keep_worktree: bool, boundary: str | None,
     as_json: bool, prompt: str | None, prompt_file: str | None, model: str | None,
     permission_class: str | None, resume: str | None, lane: str | None,
     max_turns: int | None, max_seconds: int | None, command: tuple[str, ...],
     raw: bool, wait: float | None, exit_code: str, egress_policy: str | None,
+    cast_tool: str | None, cast_labels: tuple[str, ...], cast_image: str | None,
 ) -> None:
     """Run COMMAND inside the write boundary: saphan run --machine M --slot S -- CMD ARGS…
+
+    Or cast it on the fleet: saphan run --tool command [--label K=V] -- CMD ARGS…
 
     On a claude or codex slot, give the task instead of a command:
     saphan run --machine M --slot S --prompt TEXT [--model NAME] [--resume RUN]
@@ -682,6 +771,19 @@ def run(
         # click leaves `--wait=-1`'s value on the command line: a negative wait, not a command
         raise click.BadParameter(f"{command[0]!r}: give seconds 0..{MAX_WAIT:.0f} (--wait=SECS)",
                                  param_hint="'--wait'")
+    if slot_name is not None and (cast_tool or cast_labels or cast_image):
+        raise click.UsageError("give --slot (a named slot) or --tool (a cast), not both; "
+                               "--label and --image go with --tool")
+    if slot_name is None and cast_tool is None:
+        raise click.UsageError("give --machine M --slot S, or --tool T to cast the run on the "
+                               "fleet")
+    if slot_name is not None and machine_name is None:
+        raise click.UsageError("--slot needs --machine")
+    labels = None
+    if cast_labels:
+        from saphan.fleet.labels import parse_all
+
+        labels = parse_all(cast_labels)
     engine = _engine(ctx)
     request = None
     if any(v is not None for v in (prompt, prompt_file, model, permission_class, resume, lane,
@@ -699,7 +801,8 @@ def run(
         record = engine.run(machine_name, slot_name, list(command), workdir=workdir,
                             stream=True, boundary=boundary, repo=repo, base_ref=base_ref,
                             keep_worktree=keep_worktree, request=request,
-                            view=not (as_json or raw) and sys.stdout.isatty(), wait=wait or 0.0)
+                            view=not (as_json or raw) and sys.stdout.isatty(), wait=wait or 0.0,
+                            tool=cast_tool, labels=labels, image=cast_image)
     if as_json:
         click.echo(record.to_json())
     else:

@@ -25,6 +25,7 @@ SCHEMA: dict[str, dict[str, type]] = {
     "database": {"url": str, "write_retry_seconds": int},
     "ssh": {"connect_timeout": int, "command_timeout": int},
     "codex": {"base_url": str, "env_key": str},
+    "cast": {"image_fresh_seconds": int},
 }
 
 DEFAULT_TEXT = """\
@@ -60,6 +61,8 @@ class Config:
     codex_base_url: str | None = None
     #: the variable holding that provider's API key
     codex_env_key: str | None = None
+    #: how old a machine's docker-oci row may be when a cast reads it ([cast])
+    image_fresh_seconds: int = 86400
     #: the ``section.key`` names the file sets (every other one is a default)
     given: frozenset[str] = field(default=frozenset(), compare=False)
 
@@ -114,6 +117,11 @@ def load(path: Path) -> Config:
         raise UserError(f"{path}: database.write_retry_seconds is {retry}; give 0..3600 "
                         "seconds; fix: write_retry_seconds = 30 under [database], or remove "
                         "it for the default")
+    fresh = data.get("cast", {}).get("image_fresh_seconds", 86400)
+    if not 60 <= fresh <= 30 * 86400:
+        raise UserError(f"{path}: cast.image_fresh_seconds is {fresh}; give 60..2592000 "
+                        "seconds; fix: image_fresh_seconds = 86400 under [cast], or remove it "
+                        "for the default")
     codex_url = data.get("codex", {}).get("base_url")
     if codex_url is not None:
         from saphan.endpoints import check_endpoint_masked
@@ -126,7 +134,7 @@ def load(path: Path) -> Config:
                             f"fix: {key} = 10 under [ssh], or remove it for the default")
     return Config(
         path=path, confinement=run.get("confinement", "engine"), database_url=url,
-        write_retry_seconds=retry,
+        write_retry_seconds=retry, image_fresh_seconds=fresh,
         ssh_connect_timeout=ssh.get("connect_timeout", 10),
         ssh_command_timeout=ssh.get("command_timeout", 120),
         codex_base_url=data.get("codex", {}).get("base_url"),
@@ -168,6 +176,7 @@ def effective(config: Config, *, workspace: Path, key_path: Path,
         "codex.base_url": (redact_endpoint(config.codex_base_url)
                            if config.codex_base_url is not None else None),
         "codex.env_key": config.codex_env_key,
+        "cast.image_fresh_seconds": config.image_fresh_seconds,
     }
     return {
         "workspace": str(workspace),

@@ -184,23 +184,26 @@ class Engine:
         from saphan.run import cancel
         return cancel.cancel(self.ctx, run_id, sig=signal, grace=grace)
 
-    def run(self, machine: str, slot: str, argv: Sequence[str], *,
+    def run(self, machine: str | None, slot: str | None, argv: Sequence[str], *,
             workdir: str | os.PathLike[str] | None = None, stream: bool = True,
             boundary: str | None = None, repo: str | os.PathLike[str] | None = None,
             base_ref: str | None = None, keep_worktree: bool = True,
             request: AgentRequest | None = None, view: bool = False,
-            wait: float = 0.0) -> RunRecord:
+            wait: float = 0.0, tool: str | None = None,
+            labels: dict[str, str] | None = None, image: str | None = None) -> RunRecord:
         """Cast, reserve, compose, dispatch, record (run/pipeline.py); the finished
         record. Raises :class:`Refusal` (recorded) when the run cannot be given
         its boundary, :class:`UserError` on bad input (nothing written).
         ``boundary``: None (bubblewrap / Seatbelt) or "landlock"; ``repo``: run in a
         new linked worktree of it (from ``base_ref``), its commits imported onto
         ``saphan/<run-id>``; ``request``: an agent slot's task; ``view``: a claude or
-        codex run one line per step (run/view.py); ``wait``: --wait."""
+        codex run one line per step (run/view.py); ``wait``: --wait. ``slot`` None:
+        cast on the fleet, a slot of ``tool`` matching ``labels``/``image`` (docs/fleet.md)."""
         from saphan.run import pipeline
         return pipeline.run(self.ctx, machine, slot, argv, workdir=workdir, stream=stream,
                             boundary=boundary, repo=repo, base_ref=base_ref,
-                            keep_worktree=keep_worktree, request=request, view=view, wait=wait)
+                            keep_worktree=keep_worktree, request=request, view=view, wait=wait,
+                            tool=tool, labels=labels, image=image)
 
     def measure_base(self, machine: str, slot: str, test: Sequence[str], *, base: str,
                      repo: str | os.PathLike[str] | None = None,

@@ -86,4 +86,12 @@ CLASSES: dict[str, str] = {
         "a measure-base order names a scratch path the repository does not ignore: its clone "
         "would be the run's own uncommitted work"
     ),
+    "fleet-full": (
+        "a cast found candidate slots and every one at capacity after conflict handling (each "
+        "named with its numbers)"
+    ),
+    "no-eligible-slot": (
+        "a cast found no slot that can take the run: none of the tool, none whose machine can "
+        "give its boundary, none matching the labels (each named with why)"
+    ),
 }

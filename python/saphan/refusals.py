@@ -35,11 +35,13 @@ __all__ = [
     "egress_uncuttable",
     "egress_unsupported_lane",
     "egress_unsupported_tool",
+    "fleet_full",
     "landlock_below_floor",
     "landlock_incapable",
     "landlock_level_unknown",
     "landlock_unprobed",
     "model_substitution",
+    "no_eligible_slot",
     "of_class",
     "policy_invalid",
     "policy_schema_mixed",
@@ -253,3 +255,13 @@ def scratch_not_ignored(message: str, remediation: str) -> Refusal:
     (the remediation names the rule to add).
     """
     return Refusal("scratch-not-ignored", message, remediation)
+
+
+def fleet_full(message: str, remediation: str) -> Refusal:
+    """``fleet-full``: every candidate slot of a cast is at capacity."""
+    return Refusal("fleet-full", message, remediation)
+
+
+def no_eligible_slot(message: str, remediation: str) -> Refusal:
+    """``no-eligible-slot``: a cast found no slot that can take the run."""
+    return Refusal("no-eligible-slot", message, remediation)

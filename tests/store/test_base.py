@@ -243,3 +243,34 @@ def test_every_live_run_on_every_slot_and_a_reopened_connection(store: Store) ->
     assert sorted(r.id for r in store.all_live_runs()) == ["a", "b"]
     assert store.finalize("a", state="ended", outcome="exited", exit_code=0)
     assert [r.id for r in store.all_live_runs()] == ["b"]
+
+
+# -- labels -------------------------------------------------------------------------
+
+def test_labels_are_set_replaced_removed_and_listed(store: Store) -> None:
+    _machine_and_slot(store)
+    assert store.labels() == {}
+    store.set_label("m", "", "zone", "eu")
+    store.set_label("m", "s", "zone", "us")
+    store.set_label("m", "s", "gpu", "a100")
+    store.set_label("m", "s", "gpu", "h100")  # the same key again: its value replaced
+    assert store.labels() == {("m", ""): {"zone": "eu"}, ("m", "s"): {"gpu": "h100", "zone": "us"}}
+    assert list(store.labels()[("m", "s")]) == ["gpu", "zone"]
+    assert store.remove_label("m", "s", "gpu")
+    assert not store.remove_label("m", "s", "gpu")
+    assert not store.remove_label("m", "", "gpu")
+    assert store.labels() == {("m", ""): {"zone": "eu"}, ("m", "s"): {"zone": "us"}}
+
+
+def test_removing_a_slot_or_machine_removes_its_labels(store: Store) -> None:
+    _machine_and_slot(store)
+    assert store.add_slot(Slot("m", "t", "command", None))
+    assert store.add_machine(Machine("n", "local"))
+    assert store.add_slot(Slot("n", "s", "command", None))
+    for machine, slot in (("m", ""), ("m", "s"), ("m", "t"), ("n", ""), ("n", "s")):
+        store.set_label(machine, slot, "k", f"{machine}/{slot}")
+    assert store.remove_slot("m", "s")
+    assert set(store.labels()) == {("m", ""), ("m", "t"), ("n", ""), ("n", "s")}
+    assert store.remove_machine("m")  # the foreign key holds: its labels went first
+    assert store.labels() == {("n", ""): {"k": "n/"}, ("n", "s"): {"k": "n/s"}}
+    assert not store.remove_slot("m", "t")

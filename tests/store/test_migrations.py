@@ -23,6 +23,7 @@ EXPECTED_COLUMNS = {
              "holder_host", "holder_pid", "holder_start_ticks", "holder_boot_id", "tool",
              "workdir", "outcome", "exit_code", "refusal_class", "record_json"],
     "machine_facts": ["machine", "kind", "value_json", "measured_at", "signature"],
+    "labels": ["machine", "slot", "key", "value"],
 }
 
 
@@ -125,3 +126,17 @@ def test_the_schema_refuses_what_no_saphan_writes(database_url: str, tmp_path: P
     with pytest.raises(StoreError):  # a slot of no machine
         store.add_slot(Slot("ghost", "s", "command", None))
     assert store.list_slots() == []
+
+
+def test_labels_are_added_to_a_store_at_version_6(database_url: str, tmp_path: Path) -> None:
+    old = _open_at(database_url, tmp_path, 6)
+    assert _columns(old, "labels") == []
+    assert old.add_machine(Machine("m", "local", created_at="t"))
+    assert old.add_slot(Slot("m", "s", "command", None, "t"))
+    assert old.migrate() == [7]
+    assert _columns(old, "labels") == EXPECTED_COLUMNS["labels"]
+    old.set_label("m", "s", "zone", "eu")
+    assert old.labels() == {("m", "s"): {"zone": "eu"}}
+    with pytest.raises(StoreError):  # a label of no machine
+        old.set_label("ghost", "", "zone", "eu")
+    old.close()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from saphan import __version__
@@ -29,10 +29,10 @@ from saphan.ids import new_run_id
 from saphan.refusals import Refusal
 from saphan.run import record as recorder
 from saphan.run import request as requests
+from saphan.run.ask import Ask, check_command, check_tool, custody
 from saphan.run.end import RunEnd
 from saphan.run.reserve import reserve
 from saphan.timefmt import now_iso
-from saphan.tools import DISPATCHABLE
 
 if TYPE_CHECKING:
     from saphan.context import Context
@@ -40,13 +40,18 @@ if TYPE_CHECKING:
     from saphan.measure.order import Order
     from saphan.records import RunRecord
     from saphan.site import Site
+    from saphan.store.rows import Machine, Slot
     from saphan.tools.instruction import Request as AgentRequest
+
+
+#: the machine and slot columns of a cast refused before it held a seat
+CAST_MACHINE, CAST_SLOT = "(fleet)", "(cast)"
 
 
 def run(
     ctx: Context,
-    machine: str,
-    slot: str,
+    machine: str | None,
+    slot: str | None,
     argv: Sequence[str],
     *,
     workdir: str | os.PathLike[str] | None = None,
@@ -59,11 +64,16 @@ def run(
     view: bool = False,
     wait: float = 0.0,
     measure: Order | None = None,
+    tool: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    image: str | None = None,
 ) -> RunRecord:
     """The five steps for every run shape (a local command, a local agent or
     loop, a remote command). See :meth:`saphan.Engine.run` for the arguments;
     ``measure``: the run is a measure-base order's (measure/), its command the
-    driver the site composes for it."""
+    driver the site composes for it; ``slot`` None: cast it on the fleet
+    (run/cast.py) — a slot of ``tool`` (on ``machine``, matching ``labels``
+    and ``image``)."""
     from saphan.config import confinement_mode
     from saphan.liveness import current_holder
 
@@ -77,7 +87,8 @@ def run(
     if repo is None and base_ref is not None:
         raise UserError("--base needs --repo")
     base: dict[str, Any] = {
-        "id": run_id, "machine": machine, "slot": slot, "argv": command,
+        "id": run_id, "machine": machine or CAST_MACHINE, "slot": slot or CAST_SLOT,
+        "argv": command,
         # As asked; the site names it exactly (dispatch), before the seat.
         "workdir": os.fspath(workdir) if workdir is not None else None,
         "saphan_version": __version__, "requested_at": now_iso(),
@@ -93,67 +104,62 @@ def run(
         recorder.refused(ctx, base, "unknown", holder, refusal)
         raise
 
-    # -- cast: the named slot, if the tool can run there; the site that runs it --
+    # -- cast: the named slot, or the fleet's (run/cast.py); the site that runs it --
     if boundary not in (None, "landlock"):
         raise UserError(f"--boundary {boundary!r} is unknown; omit it or use `landlock`")
+    ask = Ask(command=command, run_id=run_id, mode=mode, workdir=workdir, stream=stream,
+              boundary=boundary, repo=repo, base_ref=base_ref, keep_worktree=keep_worktree,
+              request=request, view=view, measure=measure)
+    base["confinement_setting"] = mode
+    if slot is None:
+        from saphan.run import cast
+        from saphan.transport import streams
+
+        with streams.run_signals():  # as dispatch's: from the first seat tried on
+            site, reserved = cast.seat(ctx, ask, base, holder, tool=tool, machine=machine,
+                                       labels=labels, image=image, wait=wait, make=make_site)
+            return execute_reserved(ctx, site, reserved)
+    if machine is None:
+        raise UserError("--slot needs --machine (or cast with --tool instead of --slot)")
     s = ctx.slot(machine, slot)
     m = ctx.machine(machine)
     base["tool"] = s.tool
-    base["confinement_setting"] = mode
-    try:
-        # Custody now: a run whose record could not be signed does not start.
-        ctx.record_key()
-    except Refusal as refusal:
-        recorder.refused(ctx, base, s.tool, holder, refusal)
-        raise
-    if s.tool not in DISPATCHABLE:
-        raise UserError(
-            f"slot {slot!r} runs tool {s.tool!r}, which this build of saphan cannot dispatch "
-            f"yet (it dispatches: {', '.join(DISPATCHABLE)}); use a --tool command slot"
-        )
-    if measure is not None and s.tool != "command":
-        raise UserError(f"slot {slot!r} runs {s.tool}; measure-base runs a test command: "
-                        "give a --tool command slot")
+    custody(ctx, base, s.tool, holder)
+    check_tool(s, ask)
     requests.check_fits(s, m, command, request, boundary)
     if s.tool == "command":
-        # The bypass tokens are refused on the final command line whichever
-        # tool they belong to (argv_guard.check_bypass): for the operator's own
-        # line, here, before any seat — on every transport. The local site
-        # checks it again with its boundary prefix, right before launch.
-        from saphan.tools.argv_guard import check_bypass
+        check_command(ctx, base, command, holder)
+    return dispatch(ctx, make_site(ctx, s, m, ask), base, holder, wait=wait)
 
-        try:
-            check_bypass(command)
-        except Refusal as refusal:
-            recorder.refused(ctx, base, s.tool, holder, refusal)
-            raise
-    site: Site
+
+def make_site(ctx: Context, s: Slot, m: Machine, ask: Ask) -> Site:
+    """The site that runs ``ask`` on slot ``s`` of machine ``m`` (UserError:
+    the ask cannot go there)."""
+    request, command = ask.request, ask.command
     if m.transport == "ssh":
         from saphan.site.ssh import SshSite
 
-        if repo is not None:
+        if ask.repo is not None:
             raise UserError(
                 f"--repo makes a worktree on this machine; for SSH machine {m.name!r} give "
                 "--workdir /absolute/path/on/that/machine"
             )
-        far_wd = SshSite.far_workdir(m, workdir)
+        far_wd = SshSite.far_workdir(m, ask.workdir)
         pc = (requests.command_class(request.permission_class, command[0], far_wd, far=True)
               if request is not None and request.permission_class is not None
               and s.tool == "command" else None)
-        site = SshSite(ctx, s, m, command, workdir=far_wd, stream=stream, permission=pc,
-                       request=request if s.tool != "command" else None, mode=mode,
-                       view=view, measure=measure,
+        return SshSite(ctx, s, m, command, workdir=far_wd, stream=ask.stream, permission=pc,
+                       request=request if s.tool != "command" else None, mode=ask.mode,
+                       view=ask.view, measure=ask.measure,
                        egress_policy=request.egress_policy if request is not None else None)
-    else:
-        from saphan.site.local import LocalSite
+    from saphan.site.local import LocalSite
 
-        wd = (str(ctx.workspace.home / "worktrees" / run_id) if repo is not None
-              else os.path.abspath(workdir if workdir is not None else os.getcwd()))
-        site = LocalSite(ctx, s, command, workdir=wd, mode=mode, stream=stream,
-                         boundary=boundary, repo=repo, base_ref=base_ref,
-                         keep_worktree=keep_worktree, request=request, view=view,
-                         measure=measure)
-    return dispatch(ctx, site, base, holder, wait=wait)
+    wd = (str(ctx.workspace.home / "worktrees" / ask.run_id) if ask.repo is not None
+          else os.path.abspath(ask.workdir if ask.workdir is not None else os.getcwd()))
+    return LocalSite(ctx, s, command, workdir=wd, mode=ask.mode, stream=ask.stream,
+                     boundary=ask.boundary, repo=ask.repo, base_ref=ask.base_ref,
+                     keep_worktree=ask.keep_worktree, request=request, view=ask.view,
+                     measure=ask.measure)
 
 
 def dispatch(ctx: Context, site: Site, base: dict[str, Any], holder: Holder, *,
@@ -178,19 +184,27 @@ def dispatch(ctx: Context, site: Site, base: dict[str, Any], holder: Holder, *,
         base["session_ordinal"] = reserve(ctx, site.slot, base, site.workdir, holder,
                                           remote=site.liveness(), wait=wait,
                                           checkpoint=streams.checkpoint)
-        try:
-            rec = execute(ctx, site, base)
-        except BaseException as e:
-            late = streams.pending()
-            if late is None or isinstance(e, Interrupted):
-                raise
-            raise Interrupted(late, None, "while the run ended; the run was recorded "
-                              "first") from e
+        return execute_reserved(ctx, site, base)
+
+
+def execute_reserved(ctx: Context, site: Site, base: dict[str, Any]) -> RunRecord:
+    """:func:`execute` a run that holds its seat, inside run_signals: a
+    signal that came during it is raised once the record is written."""
+    from saphan.transport import streams
+
+    try:
+        rec = execute(ctx, site, base)
+    except BaseException as e:
         late = streams.pending()
-        if late is not None:
-            raise Interrupted(late, rec.exit_code, "after the command ended; the record "
-                              "and the import were completed first")
-        return rec
+        if late is None or isinstance(e, Interrupted):
+            raise
+        raise Interrupted(late, None, "while the run ended; the run was recorded "
+                          "first") from e
+    late = streams.pending()
+    if late is not None:
+        raise Interrupted(late, rec.exit_code, "after the command ended; the record "
+                          "and the import were completed first")
+    return rec
 
 
 def execute(ctx: Context, site: Site, base: dict[str, Any]) -> RunRecord:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from saphan.errors import StoreError
 from saphan.store import queries as q
@@ -40,7 +40,7 @@ WHERE p.oid = to_regprocedure(?)"""
 #: inserts and updates its own row of runs (check_writable tries each)
 RUN_PRIVILEGES: tuple[tuple[str, str], ...] = (
     ("runs", "SELECT"), ("runs", "INSERT"), ("runs", "UPDATE"),
-    ("machines", "SELECT"), ("slots", "SELECT"), ("machine_facts", "SELECT"),
+    ("machines", "SELECT"), ("slots", "SELECT"), ("machine_facts", "SELECT"), ("labels", "SELECT"),
     ("schema_migrations", "SELECT"),
 )
 #: the reservation loop a run calls on PostgreSQL (migration 3)
@@ -194,11 +194,13 @@ class Store:
         return [Machine.from_row(r) for r in self.db.execute(q.LIST_MACHINES)]
 
     def remove_machine(self, name: str) -> bool:
-        """Remove a machine, its slots and its facts in one transaction.
+        """Remove a machine, its slots, its labels (its own and its slots')
+        and its facts in one transaction.
 
         Run history is kept. The caller checks for live runs first.
         """
         with self.db.transaction():
+            self.db.execute(q.DELETE_MACHINE_LABELS, (name,))
             self.db.execute(q.DELETE_MACHINE_FACTS, (name,))
             self.db.execute(q.DELETE_MACHINE_SLOTS, (name,))
             return bool(self.db.execute(q.DELETE_MACHINE, (name,)))
@@ -222,8 +224,11 @@ class Store:
         return [Slot.from_row(r) for r in self.db.execute(q.LIST_MACHINE_SLOTS, (machine,))]
 
     def remove_slot(self, machine: str, name: str) -> bool:
-        """Remove a slot's row (its runs' history is kept); the caller checks live runs."""
-        return bool(self.db.execute(q.DELETE_SLOT, (machine, name)))
+        """Remove a slot's row and its labels in one transaction (its runs'
+        history is kept); the caller checks live runs."""
+        with self.db.transaction():
+            self.db.execute(q.DELETE_SLOT_LABELS, (machine, name))
+            return bool(self.db.execute(q.DELETE_SLOT, (machine, name)))
 
     def set_max_sessions(self, machine: str, name: str, max_sessions: int | None) -> bool:
         return bool(self.db.execute(q.SET_MAX_SESSIONS, (max_sessions, machine, name)))
@@ -238,6 +243,43 @@ class Store:
         return bool(self.db.execute(q.SET_RUN_DEFAULTS, (s.endpoint, s.model, s.max_seconds,
                                                          s.max_turns, s.agent_path, s.machine,
                                                          s.name)))
+
+    # -- labels (slot "": the machine's own) -----------------------------------
+    def set_label(self, machine: str, slot: str, key: str, value: str) -> None:
+        """Set one label of a machine (``slot`` "") or of its slot, replacing its value."""
+        self.db.execute(q.SET_LABEL, (machine, slot, key, value))
+
+    def remove_label(self, machine: str, slot: str, key: str) -> bool:
+        """False if the target had no label ``key``."""
+        return bool(self.db.execute(q.DELETE_LABEL, (machine, slot, key)))
+
+    def labels(self) -> dict[tuple[str, str], dict[str, str]]:
+        """Every label, keyed by (machine, slot), slot "" for the machine's own."""
+        out: dict[tuple[str, str], dict[str, str]] = {}
+        for machine, slot, key, value in self.db.execute(q.LIST_LABELS):
+            out.setdefault((machine, slot), {})[key] = value
+        return out
+
+    def change_labels(self, machine: str, slot: str, put: Mapping[str, str],
+                      remove: Sequence[str]) -> list[str]:
+        """Remove the keys ``remove`` and set ``put`` on one target, in one
+        transaction. Returns the keys of ``remove`` it did not have; when
+        there are any, nothing is written."""
+
+        class _Missing(Exception):
+            pass
+
+        missing: list[str] = []
+        try:
+            with self.db.transaction():
+                missing = [k for k in remove if not self.remove_label(machine, slot, k)]
+                if missing:
+                    raise _Missing
+                for key, value in put.items():
+                    self.set_label(machine, slot, key, value)
+        except _Missing:
+            pass
+        return missing
 
     # -- runs ----------------------------------------------------------------
     def reserve(

@@ -167,6 +167,25 @@ MIGRATIONS: list[tuple[int, str, list[Statement]]] = [
             "ALTER TABLE slots ADD COLUMN agent_path TEXT",
         ],
     ),
+    (
+        7,
+        "labels",
+        [
+            # Operator labels (key=value) of a machine (slot '') or of one of
+            # its slots; casting matches them. A slot's row has no foreign key
+            # ('' names no slot): removing a slot or a machine deletes its
+            # labels first, in the same transaction (store/base.py).
+            """
+            CREATE TABLE labels (
+                machine TEXT NOT NULL REFERENCES machines(name),
+                slot    TEXT NOT NULL,
+                key     TEXT NOT NULL,
+                value   TEXT NOT NULL,
+                PRIMARY KEY (machine, slot, key)
+            )
+            """,
+        ],
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

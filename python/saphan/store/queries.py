@@ -34,6 +34,7 @@ MACHINE_COLUMNS = ("name, transport, ssh_user, ssh_host, ssh_port, identity_file
 GET_MACHINE = f"SELECT {MACHINE_COLUMNS} FROM machines WHERE name = ?"
 LIST_MACHINES = f"SELECT {MACHINE_COLUMNS} FROM machines ORDER BY name"
 DELETE_MACHINE_FACTS = "DELETE FROM machine_facts WHERE machine = ?"
+DELETE_MACHINE_LABELS = "DELETE FROM labels WHERE machine = ?"
 DELETE_MACHINE_SLOTS = "DELETE FROM slots WHERE machine = ?"
 DELETE_MACHINE = "DELETE FROM machines WHERE name = ? RETURNING name"
 
@@ -138,3 +139,11 @@ SET value_json = excluded.value_json, measured_at = excluded.measured_at,
 FACT_COLUMNS = "machine, kind, value_json, measured_at, signature"
 GET_FACT = f"SELECT {FACT_COLUMNS} FROM machine_facts WHERE machine = ? AND kind = ?"
 LIST_FACTS = f"SELECT {FACT_COLUMNS} FROM machine_facts WHERE machine = ? ORDER BY kind"
+
+# -- labels (slot '': the machine's own) ----------------------------------------
+SET_LABEL = """
+INSERT INTO labels (machine, slot, key, value) VALUES (?, ?, ?, ?)
+ON CONFLICT (machine, slot, key) DO UPDATE SET value = excluded.value"""
+DELETE_LABEL = "DELETE FROM labels WHERE machine = ? AND slot = ? AND key = ? RETURNING key"
+LIST_LABELS = "SELECT machine, slot, key, value FROM labels ORDER BY machine, slot, key"
+DELETE_SLOT_LABELS = "DELETE FROM labels WHERE machine = ? AND slot = ?"

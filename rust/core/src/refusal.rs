@@ -45,11 +45,13 @@ pub enum RefusalClass {
     AgentBinaryMissing,
     WorkdirBusy,
     ScratchNotIgnored,
+    FleetFull,
+    NoEligibleSlot,
 }
 
 impl RefusalClass {
     /// Every class, in the table's order.
-    pub const ALL: [RefusalClass; 31] = [
+    pub const ALL: [RefusalClass; 33] = [
         RefusalClass::ConfinementUnavailable,
         RefusalClass::ConfinementSettingInvalid,
         RefusalClass::LandlockUnprobed,
@@ -81,6 +83,8 @@ impl RefusalClass {
         RefusalClass::AgentBinaryMissing,
         RefusalClass::WorkdirBusy,
         RefusalClass::ScratchNotIgnored,
+        RefusalClass::FleetFull,
+        RefusalClass::NoEligibleSlot,
     ];
 
     /// The class's name, exactly as printed in `refused [CLASS]`.
@@ -117,6 +121,8 @@ impl RefusalClass {
             RefusalClass::AgentBinaryMissing => "agent-binary-missing",
             RefusalClass::WorkdirBusy => "workdir-busy",
             RefusalClass::ScratchNotIgnored => "scratch-not-ignored",
+            RefusalClass::FleetFull => "fleet-full",
+            RefusalClass::NoEligibleSlot => "no-eligible-slot",
         }
     }
 
@@ -182,7 +188,7 @@ mod tests {
             assert_eq!(*c as usize, i, "{c:?}");
         }
         assert_eq!(
-            RefusalClass::ScratchNotIgnored as usize + 1,
+            RefusalClass::NoEligibleSlot as usize + 1,
             RefusalClass::ALL.len()
         );
     }
