@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from measure.repos import python_repo
-from saphan.errors import Refusal
+from saphan.errors import Refusal, UserError
 from saphan.measure import collect, driver, order, scratch
 
 BASE = "a" * 40
@@ -46,7 +46,7 @@ def _local(o: order.Order, out: Path, wd: Path, run_dir: Path, *, exit_code: int
 
 
 def test_an_unignored_scratch_is_refused_naming_the_rule(tmp_path: Path) -> None:
-    out = _out(tmp_path, {"steps": "fresh 0\nignored 1\n"})
+    out = _out(tmp_path, {"steps": "fresh 0\ntoplevel 0\nignored 1\n"})
     with pytest.raises(Refusal) as e:
         _local(_order(scratch="build/base"), out, tmp_path, tmp_path,
                exit_code=driver.NOT_IGNORED)
@@ -66,7 +66,7 @@ def test_a_step_file_alone_never_makes_a_refusal(tmp_path: Path) -> None:
     repo, _, _ = python_repo(tmp_path)
     o = _order()
     (repo / o.scratch).mkdir(parents=True)
-    out = _out(tmp_path, {"steps": "fresh 0\nignored 1\n"})
+    out = _out(tmp_path, {"steps": "fresh 0\ntoplevel 0\nignored 1\n"})
     for code in (-9, 0, 1, None):
         rep = _local(o, out, repo, tmp_path, exit_code=code, made=o.scratch)
         assert rep["result"] == "base not measured"
@@ -80,7 +80,7 @@ def test_what_the_run_made_above_the_scratch_is_removed(tmp_path: Path) -> None:
     (repo / "scr" / "a" / "b").mkdir(parents=True)
     (repo / "scr" / "a" / "b" / "f").write_text("x")
     # the driver was killed during the base suite
-    out = _out(tmp_path, {"steps": "fresh 0\nignored 0\nexpected 0\nclone 0\ncheckout 0\n"
+    out = _out(tmp_path, {"steps": "fresh 0\ntoplevel 0\nignored 0\nexpected 0\nclone 0\ncheckout 0\n"
                                    "verify 0\n", "expected": BASE, "measured": BASE})
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -112,10 +112,21 @@ def test_a_path_that_was_there_before_is_never_removed(tmp_path: Path) -> None:
 
 def test_files_planted_as_links_are_not_read(tmp_path: Path) -> None:
     secret = tmp_path / "secret"
-    secret.write_text("fresh 0\nignored 0\n")
+    secret.write_text("fresh 0\ntoplevel 0\nignored 0\n")
     out = tmp_path / "out"
     out.mkdir()
     (out / "measure-steps").symlink_to(secret)
     rep = _local(_order(), out, tmp_path, tmp_path, exit_code=0)
     assert rep["steps"] == [] and rep["result"] == "base not measured"
     assert any("step file could not be read" in n for n in rep["notes"])  # type: ignore[attr-defined]
+
+
+def test_a_test_argument_naming_the_tree_absolutely_is_refused() -> None:
+    # review: `pytest /wd` made the base run collect head's files
+    for arg in ("/w", "/w/tests", "--rootdir=/w/x"):
+        o = order.make("main", ["pytest", arg], token="t1")
+        with pytest.raises(UserError, match="names the working tree absolutely"):
+            collect.command(o, out="/o", repository="/w", workdir="/w", far=False)
+    ok = order.make("main", ["pytest", "tests", "/elsewhere/x", "/wx"], token="t1")
+    assert collect.command(ok, out="/o", repository="/w", workdir="/w", far=False)[-3:] == [
+        "tests", "/elsewhere/x", "/wx"]

@@ -43,7 +43,7 @@ def test_every_step_and_file_of_a_measurement(tmp_path: Path) -> None:
     code, files = _run(tmp_path / "out", repo, base=base[:7])
     assert code == driver.MEASURED
     assert files["steps"].splitlines() == [
-        "fresh 0", "ignored 0", "expected 0", "clone 0", "checkout 0", "verify 0", "paths 0",
+        "fresh 0", "toplevel 0", "ignored 0", "expected 0", "clone 0", "checkout 0", "verify 0", "paths 0",
         "base 1", "head 1", "removed 0", "final 1"]
     # the base run's import paths: this interpreter's, the scratch first
     paths = files["paths"].split("\0")
@@ -72,7 +72,7 @@ def test_a_scratch_git_does_not_ignore_ends_before_the_clone(tmp_path: Path) -> 
     repo, base, _ = python_repo(tmp_path)
     code, files = _run(tmp_path / "out", repo, base=base, scratch="build/base")
     assert code == driver.NOT_IGNORED
-    assert files["steps"] == "fresh 0\nignored 1\n"
+    assert files["steps"] == "fresh 0\ntoplevel 0\nignored 1\n"
     assert not (repo / "build").exists()
 
 
@@ -157,3 +157,70 @@ def test_a_signal_mid_suite_removes_the_scratch(tmp_path: Path) -> None:
     os.killpg(p.pid, signal.SIGTERM)
     assert p.wait(timeout=30) == 143
     assert not scratch.exists()
+
+
+# -- review, second round --------------------------------------------------------------
+
+
+def test_of_two_runs_given_one_scratch_one_claims_it(tmp_path: Path) -> None:
+    # review: both saw the path free; the loser's cleanup removed the winner's clone
+    repo, base, _ = python_repo(tmp_path)
+    _ignore(repo, "/scr/")
+    outs = [tmp_path / "o1", tmp_path / "o2"]
+    procs = []
+    for out in outs:
+        out.mkdir()
+        argv = driver.argv(out=str(out), repository=str(repo), workdir=str(repo),
+                           scratch="scr/x", base=base, expect=None, kind="exit",
+                           add_rule=False, test=("sh", "-c", "sleep 1; test -e marker"))
+        procs.append(subprocess.Popen(argv, cwd=repo))
+    codes = sorted(p.wait(timeout=60) for p in procs)
+    assert codes == [driver.MEASURED, driver.SCRATCH_EXISTS], codes
+    steps = sorted(((o / "measure-steps").read_text() for o in outs), key=len)
+    assert steps[0] == "fresh 1\n" and steps[1].endswith("final 1\n")
+    assert not (repo / "scr").exists()  # the winner removed it and the parent it made
+
+
+def test_a_subdirectory_of_a_repository_is_not_a_working_tree_top(tmp_path: Path) -> None:
+    repo, base, _ = python_repo(tmp_path)
+    code, files = _run(tmp_path / "out", repo / "pkg", base=base, scratch="s", kind="exit",
+                       test=("true",))
+    assert code == driver.NOT_MEASURED
+    assert files["steps"] == "fresh 0\ntoplevel 1\n"
+    assert not (repo / "pkg" / "s").exists()
+
+
+def test_a_command_named_relative_to_the_tree_is_the_trees_at_base_too(
+        tmp_path: Path) -> None:
+    # review: `.venv/bin/python` did not exist in the scratch clone (exit 127)
+    repo, base, _ = python_repo(tmp_path)
+    _ignore(repo, "/.saphan-run/\n/tools/")
+    (repo / "tools").mkdir()
+    (repo / "tools" / "check").write_text("#!/bin/sh\ntest -e marker\n")
+    (repo / "tools" / "check").chmod(0o755)
+    code, files = _run(tmp_path / "out", repo, base=base, kind="exit", test=("tools/check",))
+    assert code == driver.MEASURED
+    assert files["steps"].splitlines()[-4:] == ["base 0", "head 1", "removed 0", "final 1"]
+
+
+def test_the_base_keeps_its_own_pytest_toml_and_head_ignores_the_scratch(
+        tmp_path: Path) -> None:
+    repo, base, _ = python_repo(tmp_path)
+    _ignore(repo)
+    # head: norecursedirs without '.*' (review: head collected the scratch clone)
+    (repo / "pytest.ini").write_text("[pytest]\nnorecursedirs = build\n")
+    git(repo, "add", "pytest.ini")
+    git(repo, "commit", "-q", "-m", "ini")
+    # base: its own pytest.toml (pytest 9) selecting one test
+    git(repo, "checkout", "-q", base)
+    (repo / "pytest.toml").write_text('[pytest]\naddopts = ["-k", "keep"]\n')
+    git(repo, "add", "pytest.toml")
+    git(repo, "commit", "-q", "-m", "toml")
+    base2 = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    (repo / ".saphan-run").mkdir()
+    code, files = _run(tmp_path / "out", repo, base=base2)
+    assert code == driver.MEASURED, files.get("steps")
+    assert files["base.xml"].count("<testcase ") == 1 and 'name="test_keep"' in files["base.xml"]
+    assert files["head.xml"].count("<testcase ") == 5
+    assert 'classname=".saphan-run' not in files["head.xml"]

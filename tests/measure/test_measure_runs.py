@@ -65,7 +65,7 @@ def test_pre_existing_introduced_fixed_and_one_tree(saphan_sqlite: Saphan,
     assert not (repo / m["order"]["scratch"]).exists()
     assert m["order"]["scratch"].startswith(".saphan-run/base-")
     assert [st["step"] for st in m["steps"]] == [
-        "fresh", "ignored", "expected", "clone", "checkout", "verify", "paths", "base",
+        "fresh", "toplevel", "ignored", "expected", "clone", "checkout", "verify", "paths", "base",
         "head", "removed", "final"]
     # the same report in measure.json, and in `runs show`
     saved = json.loads(Path(m["file"]).read_text())
@@ -126,7 +126,7 @@ def test_an_unignored_scratch_is_refused_before_anything_is_cloned(saphan_sqlite
     assert "refused [scratch-not-ignored]" in r.err
     assert not (repo / "build").exists()
     steps = (Path(rec["return_path"]) / "measure-steps").read_text()
-    assert steps == "fresh 0\nignored 1\n"
+    assert steps == "fresh 0\ntoplevel 0\nignored 1\n"
     # ignored by the repository, the same scratch is measured
     (repo / ".git" / "info" / "exclude").write_text("/build/\n")
     r, rec = _measure(s, ("--workdir", str(repo)), base, "--scratch", "build/base")

@@ -40,6 +40,7 @@ def test_expect_is_a_sha_and_is_lowered() -> None:
 @pytest.mark.parametrize("scratch", ["/abs", "../up", "a/../../b", ".", "./x", "a//b",
                                      ".git", "sub/.git/x", ".GIT", ".git. ", "-x", "a b",
                                      ".saphan-run", ".saphan-run/tmp", ".saphan-run/tmp/x",
+                                     "build/-/src", "a/-b",
                                      "x\x1b[2J"])
 def test_a_scratch_outside_the_tree_or_in_git_or_saphans_own_is_refused(scratch: str) -> None:
     with pytest.raises(UserError, match="--scratch"):

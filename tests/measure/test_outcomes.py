@@ -185,3 +185,25 @@ def test_a_report_through_a_link_or_too_large_is_unreadable(tmp_path: Path,
     os.mkfifo(fifo)
     with pytest.raises(ReportUnreadable, match="not a regular file"):
         outcomes.read_limited(str(fifo))
+
+
+def test_cargo_binaries_are_told_apart_by_name_not_by_place() -> None:
+    # review: with crate a gone at head, its base failure paired with b's new one
+    def run(*crates: tuple[str, str]) -> outcomes.Outcomes:
+        lines = [b"   Compiling x v0.1.0"]
+        for crate, result in crates:
+            lines += [b"     Running unittests src/lib.rs (target/debug/deps/%s-0123456789abcdef)"
+                      % crate.encode(),
+                      b'{"type":"suite","event":"started","test_count":1}',
+                      b'{"type":"test","event":"%s","name":"t::ok"}' % result.encode(),
+                      b'{"type":"suite","event":"ok","passed":1,"failed":0}']
+        lines += [b"   Doc-tests a", b'{"type":"suite","event":"started","test_count":1}',
+                  b'{"type":"test","event":"ok","name":"src/lib.rs - f (line 3)"}']
+        return outcomes.from_cargo(lines)
+    base = run(("a", "failed"), ("b", "ok"), ("c", "ok"))
+    head = run(("b", "failed"), ("c", "ok"))
+    assert set(base.items) == {"t::ok [a src/lib.rs]", "t::ok [b src/lib.rs]",
+                               "t::ok [c src/lib.rs]", "src/lib.rs - f (line 3)"}
+    pairs = outcomes.pair(base, head)
+    assert pairs["introduced"] == ["t::ok [b src/lib.rs]"]
+    assert pairs["only-base"] == ["t::ok [a src/lib.rs]"] and pairs["pre-existing"] == []

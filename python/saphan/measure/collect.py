@@ -26,7 +26,18 @@ if TYPE_CHECKING:
 def command(order: Order, *, out: str, repository: str, workdir: str, far: bool) -> list[str]:
     """The run's argv: the driver, for ``order``, in ``workdir``. On this host
     saphan wrote the default scratch's rule before the run
-    (worktrees.ignore_scratch); on a runner (``far``) the driver adds it."""
+    (worktrees.ignore_scratch); on a runner (``far``) the driver adds it. A
+    test argument naming a path in the working tree absolutely is refused:
+    the base run would read head's files there (review: measured)."""
+    wd = workdir.rstrip("/")
+    for arg in order.test[1:]:
+        value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
+        if value == wd or value.startswith(wd + "/"):
+            from saphan.errors import UserError
+
+            raise UserError(f"the test argument {arg!r} names the working tree absolutely; the "
+                            "base run would read head's files there: give it relative to "
+                            f"{workdir}")
     return driver.argv(out=out, repository=repository, workdir=workdir, scratch=order.scratch,
                        base=order.base, expect=order.expect, kind=order.kind,
                        add_rule=far and order.default_scratch, test=order.test_argv())
@@ -47,7 +58,10 @@ def local(order: Order, *, out_dir: str, workdir: str, repository: str, run_dir:
                 return None
             raise
 
-    tree = scratch.check_local(workdir, order.scratch, remove=made)
+    # removed only when the driver claimed the path (its first step, before
+    # any test ran): of two runs given one path, the other's clone is left
+    tree = scratch.check_local(workdir, order.scratch,
+                               remove=made if _made_by_run(read) else None)
     return _finish(order, read, tree, workdir=workdir, repository=repository, run_dir=run_dir,
                    exit_code=exit_code)
 

@@ -18,8 +18,12 @@ run writes can change a later step of it. It writes one file per fact into
 
 Steps (the runbook's numbers in brackets):
 
-    fresh     the scratch path does not exist (saphan never clones over, nor
-              removes, what it did not make): exit 20 when it does
+    fresh     the scratch path claimed with one ``mkdir`` (of two runs given the
+              same path, one takes it; saphan never clones over, nor removes,
+              what it did not make): exit 20 when it is taken; the parent
+              directories it needed are made, and removed with it when empty
+    toplevel  the working tree is the top of its repository (the clone's
+              source): exit 10 when it is a subdirectory, or no repository
     ignored   ``git check-ignore SCRATCH/`` in the working tree; ``add``: the
               default scratch's rule is appended to info/exclude first (a far
               runner, where saphan wrote none before the run): exit 21 when
@@ -32,18 +36,25 @@ Steps (the runbook's numbers in brackets):
     verify    [3] git -C SCRATCH rev-parse HEAD; no test runs unless it is
               the expected SHA (saphan compares the two files again itself)
     paths     (pytest) what the base run's Python imports from — sys.path and
-              editable installs' maps (measure-paths, NUL-separated): a path
-              into the working tree outside the scratch means the "base" run
-              would import head's code (review: an editable install did)
+              editable installs' maps, real paths (measure-paths,
+              NUL-separated, written by the probe to the file it is given):
+              a path into the working tree outside the scratch means the
+              "base" run would import head's code (review: an editable
+              install did); the interpreter is argv[0] when it is python*,
+              else the #! of the pytest script — not a Python: 126
     base      [4] the test command in the scratch clone (pytest: with
               --rootdir and --confcutdir the scratch and -c its own
               configuration, else /dev/null — never the working tree's
               pytest.ini or conftest.py above it)
-    head      [4] the test command in the working tree (the scratch still there)
+    head      [4] the test command in the working tree (the scratch still there;
+              pytest: --ignore it, whatever norecursedirs says)
     removed   [5] the scratch clone removed (and what the clone created above it)
     final     [5] the test command in the working tree again: one tree
 
-Every git command here runs with hooks and fsmonitor off. A step's failure
+A relative argv[0] with a slash (``.venv/bin/python``) is the working
+tree's, at base too. Every git command here runs with hooks and fsmonitor
+off. cargo's stderr joins its stdout in measure-PHASE.json (its "Running …"
+lines name each test binary: measure/outcomes.from_cargo). A step's failure
 ends the script with the scratch removed (a trap does it on HUP, INT, TERM).
 """
 
@@ -66,10 +77,14 @@ shift 8
 [ "${1-}" = -- ] && shift
 unset GIT_DIR GIT_WORK_TREE GIT_COMMON_DIR GIT_INDEX_FILE GIT_OBJECT_DIRECTORY \
   GIT_ALTERNATE_OBJECT_DIRECTORIES GIT_NAMESPACE GIT_CEILING_DIRECTORIES \
-  GIT_CONFIG_PARAMETERS GIT_CONFIG_COUNT GIT_EXTERNAL_DIFF
+  GIT_CONFIG_PARAMETERS GIT_CONFIG_COUNT GIT_EXTERNAL_DIFF CDPATH
 export GIT_TERMINAL_PROMPT=0 GIT_OPTIONAL_LOCKS=0 GIT_PAGER=cat
+# a command named relative to the working tree is the working tree's, at base too
+a0=$1; shift
+case $a0 in /*) ;; */*) a0=$WD/$a0 ;; esac
+set -- "$a0" "$@"
 S=$WD/$SCR
-TOP=
+TOP= CLAIMED=
 g() { git -c core.hooksPath=/dev/null -c core.fsmonitor=false "$@"; }
 interp() {
   case ${1##*/} in python*) printf '%s\n' "$1"; return 0 ;; esac
@@ -89,28 +104,48 @@ for name, mod in list(sys.modules.items()):
             if isinstance(got, dict):
                 for v in got.values():
                     out += [str(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
-sys.stdout.write("\0".join(os.path.abspath(p or ".") for p in out))'
+with open(sys.argv[1], "w") as f:
+    f.write("\0".join(os.path.realpath(p or ".") for p in out))'
 val() { printf '%s\n' "$2" > "$OUT/measure-$1"; }
 step() { printf '%s %s\n' "$1" "$2" >> "$OUT/measure-steps"; }
 drop() {
-  [ -n "$TOP" ] || return 0
-  rm -rf -- "${WD:?}/$TOP"
-  if [ -e "$WD/$TOP" ] || [ -L "$WD/$TOP" ]; then return 1; fi
-  TOP=
+  [ -n "$CLAIMED" ] || return 0
+  rm -rf -- "$S"
+  if [ -e "$S" ] || [ -L "$S" ]; then return 1; fi
+  CLAIMED=
+  d=${SCR%/*}
+  while [ -n "$TOP" ] && [ "$d" != "$SCR" ]; do
+    rmdir -- "$WD/$d" 2>/dev/null || break
+    [ "$d" = "$TOP" ] && break
+    case $d in */*) d=${d%/*} ;; *) break ;; esac
+  done
+  return 0
 }
 trap 'drop; exit 129' HUP
 trap 'drop; exit 130' INT
 trap 'drop; exit 143' TERM
-# fresh: the scratch path and the first of its components that is not there
+# fresh: the first component above the scratch that is not there (made here,
+# removed with it if empty), then the scratch itself claimed by one mkdir —
+# of two runs given the same path, one takes it
 p=
 oifs=$IFS; IFS=/; set -f
-for c in $SCR; do
+for c in ${SCR%/*}; do
+  [ "$c" = "$SCR" ] && break
   p=${p:+$p/}$c
   if [ -z "$TOP" ] && [ ! -e "$WD/$p" ] && [ ! -L "$WD/$p" ]; then TOP=$p; fi
 done
 IFS=$oifs; set +f
-if [ -z "$TOP" ]; then step fresh 1; exit 20; fi
+case $SCR in */*) mkdir -p -- "$WD/${SCR%/*}" 2>/dev/null ;; esac
+if ! mkdir -- "$S" 2>/dev/null; then step fresh 1; exit 20; fi
+CLAIMED=1
 step fresh 0
+# toplevel: the working tree is the top of its repository (the clone's source)
+top=$(g -C "$WD" rev-parse --show-toplevel); rc=$?
+if [ "$rc" -eq 0 ] && [ "$(cd -P -- "$top" && pwd)" != "$(cd -P -- "$WD" && pwd)" ]; then
+  rc=1
+fi
+step toplevel "$rc"
+[ "$rc" -eq 0 ] || { drop; exit 10; }
 # ignored
 g -C "$WD" check-ignore -q -- "$SCR/"; rc=$?
 if [ "$rc" -eq 1 ] && [ "$RULE" = add ]; then
@@ -122,12 +157,12 @@ if [ "$rc" -eq 1 ] && [ "$RULE" = add ]; then
   g -C "$WD" check-ignore -q -- "$SCR/"; rc=$?
 fi
 step ignored "$rc"
-[ "$rc" -eq 0 ] || exit 21
+[ "$rc" -eq 0 ] || { drop; exit 21; }
 # expected
 exp=$(g -C "$SRC" rev-parse --verify -q "${EXPECT:-$REV}^{commit}"); rc=$?
 val expected "$exp"; step expected "$rc"
-[ "$rc" -eq 0 ] || exit 10
-# [1] clone
+[ "$rc" -eq 0 ] || { drop; exit 10; }
+# [1] clone (into the claimed, empty directory)
 g clone -q --shared --no-checkout -- "$SRC" "$S"; rc=$?; step clone "$rc"
 [ "$rc" -eq 0 ] || { drop; exit 10; }
 # [2] checkout
@@ -148,12 +183,15 @@ phase() {
   name=$1 dir=$2; shift 2
   case $KIND in
   pytest)
-    if [ "$name" = base ]; then
-      ( cd "$dir" && exec "$@" "--junitxml=$OUT/measure-$name.xml" --rootdir="$S" \
-          --confcutdir="$S" -c "$INI" ); rc=$?
-    else ( cd "$dir" && exec "$@" "--junitxml=$OUT/measure-$name.xml" ); rc=$?; fi ;;
+    case $name in
+    base) ( cd "$dir" && exec "$@" "--junitxml=$OUT/measure-$name.xml" --rootdir="$S" \
+              --confcutdir="$S" -c "$INI" ); rc=$? ;;
+    head) ( cd "$dir" && exec "$@" "--junitxml=$OUT/measure-$name.xml" --ignore="$S" )
+          rc=$? ;;
+    *) ( cd "$dir" && exec "$@" "--junitxml=$OUT/measure-$name.xml" ); rc=$? ;;
+    esac ;;
   cargo)
-    { ( cd "$dir" && RUSTC_BOOTSTRAP=1 && export RUSTC_BOOTSTRAP && exec "$@" )
+    { ( cd "$dir" && RUSTC_BOOTSTRAP=1 && export RUSTC_BOOTSTRAP && exec "$@" ) 2>&1
       echo $? > "$OUT/measure-$name.rc"; } | tee "$OUT/measure-$name.json"
     rc=$(cat "$OUT/measure-$name.rc" 2>/dev/null) || rc=255 ;;
   *) ( cd "$dir" && exec "$@" ); rc=$? ;;
@@ -162,8 +200,12 @@ phase() {
 }
 if [ "$KIND" = pytest ]; then
   # the base's own pytest configuration, never the working tree's above it
+  # (pytest's order: pytest.toml, .pytest.toml, pytest.ini, .pytest.ini,
+  # pyproject.toml, tox.ini, setup.cfg; none: /dev/null)
   INI=/dev/null
-  for f in pytest.ini .pytest.ini; do [ -f "$S/$f" ] && { INI=$S/$f; break; }; done
+  for f in pytest.toml .pytest.toml pytest.ini .pytest.ini; do
+    [ -f "$S/$f" ] && { INI=$S/$f; break; }
+  done
   if [ "$INI" = /dev/null ]; then
     if [ -f "$S/pyproject.toml" ] && grep -q '^\[tool\.pytest' "$S/pyproject.toml"; then
       INI=$S/pyproject.toml
@@ -172,9 +214,14 @@ if [ "$KIND" = pytest ]; then
       INI=$S/setup.cfg
     fi
   fi
-  # what the base run's Python imports from: its path, and editable installs' maps
+  # what the base run's Python imports from: its path, and editable installs'
+  # maps, written to a file of the probe's own (what it prints is not read)
   if py=$(interp "$1"); then
-    ( cd "$S" && exec "$py" -c "$PROBE" ) > "$OUT/measure-paths"; step paths "$?"
+    case ${py##*/} in
+    python*) ( cd "$S" && exec "$py" -c "$PROBE" "$OUT/measure-paths" ) >/dev/null
+             step paths "$?" ;;
+    *) step paths 126 ;;
+    esac
   else step paths 127; fi
 fi
 phase base "$S" "$@"

@@ -109,8 +109,10 @@ def check_scratch(name: str) -> str:
     why = None
     if not name or name.startswith("/") or os.path.isabs(name):
         why = "give a path relative to the working directory"
-    elif _CONTROL.search(name) or name.startswith("-") or len(name) > 200:
-        why = "no spaces, control characters or leading '-', at most 200 characters"
+    elif _CONTROL.search(name) or len(name) > 200 \
+            or any(p.startswith("-") for p in name.split("/")):
+        why = "no spaces, control characters or component starting with '-', at most 200 " \
+              "characters"
     elif norm != name.rstrip("/") or norm in (".", "..") or ".." in parts:
         why = "a normal path below the working directory (no '.', '..' or '//')"
     elif any(p.casefold().rstrip(". ") == ".git" for p in parts):

@@ -146,19 +146,35 @@ def from_junit(data: bytes) -> Outcomes:
     return Outcomes(items.items, "junit")
 
 
+#: cargo's line naming the test binary it runs next (its stderr, joined to
+#: stdout by the driver): ``Running unittests src/lib.rs (target/debug/deps/a-1f2e)``
+_RUNNING = re.compile(rb"^\s*Running (?:unittests )?(\S+) \((?:.*/)?([^/()]+?)(?:-[0-9a-f]{8,})?"
+                      rb"(?:\.exe)?\)\s*$")
+_DOCTESTS = re.compile(rb"^\s*Doc-tests (\S+)\s*$")
+
+
 def from_cargo(lines: Iterable[bytes]) -> Outcomes:
     """libtest's JSON lines (``cargo test -- -Z unstable-options --format
     json``): ``{"type": "test", "event": "ok"|"failed"|"ignored", "name": …}``;
-    other lines (the build's) are ignored. Each test binary begins with a
-    ``suite`` ``started`` event; a name more than one binary reports (two
-    integration-test files both holding ``same``) is told apart by the
-    binary's place in the run, ``NAME [binary N]``, so one's failure is
-    never folded into another's."""
-    events: list[tuple[int, str, str]] = []
-    suite = 0
+    other lines are ignored but cargo's ``Running SRC (…/deps/CRATE-hash)``
+    and ``Doc-tests CRATE``, which name the test binary the next events come
+    from. A name more than one binary reports (two crates, or two
+    integration-test files, both holding ``t::ok``) is told apart by its
+    binary, ``NAME [CRATE SRC]`` — the same at base and at head whatever
+    order the binaries ran in — so one's failure never pairs with another's."""
+    events: list[tuple[str, str, str]] = []
+    binary, suites = "", 0
+    named: str | None = None  # the binary the last Running / Doc-tests line named
     for raw in lines:
         raw = raw.strip()
         if not raw.startswith(b"{"):
+            m = _RUNNING.match(raw)
+            d = _DOCTESTS.match(raw) if m is None else None
+            if m is not None:
+                named = (f"{m.group(2).decode(errors='replace')} "
+                         f"{m.group(1).decode(errors='replace')}")
+            elif d is not None:
+                named = f"{d.group(1).decode(errors='replace')} doc-tests"
             continue
         try:
             event = json.loads(raw)
@@ -167,22 +183,23 @@ def from_cargo(lines: Iterable[bytes]) -> Outcomes:
         if not isinstance(event, dict):
             continue
         if event.get("type") == "suite" and event.get("event") == "started":
-            suite += 1
+            suites += 1
+            binary, named = named or f"binary {suites}", None
             continue
         if event.get("type") != "test":
             continue
         name, what = event.get("name"), event.get("event")
         if not isinstance(name, str) or what not in ("ok", "failed", "ignored", "timeout"):
             continue
-        events.append((suite, name, {"ok": PASSED, "ignored": SKIPPED}.get(str(what), FAILED)))
+        events.append((binary, name, {"ok": PASSED, "ignored": SKIPPED}.get(str(what), FAILED)))
         if len(events) > 4 * MAX_ITEMS:
             raise ReportUnreadable(f"the report names more than {MAX_ITEMS} items")
-    suites_of: dict[str, set[int]] = {}
-    for n, name, _ in events:
-        suites_of.setdefault(name, set()).add(n)
+    binaries_of: dict[str, set[str]] = {}
+    for b, name, _ in events:
+        binaries_of.setdefault(name, set()).add(b)
     items = _Items()
-    for n, name, result in events:
-        items.add(name if len(suites_of[name]) == 1 else f"{name} [binary {n}]", result)
+    for b, name, result in events:
+        items.add(name if len(binaries_of[name]) == 1 else f"{name} [{b}]", result)
     return Outcomes(items.items, "cargo")
 
 

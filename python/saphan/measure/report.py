@@ -33,8 +33,10 @@ from saphan.measure import outcomes as oc
 from saphan.measure.order import SOURCES, Order
 
 #: the steps the driver reports, in its order
-STEPS = ("fresh", "ignored", "expected", "clone", "checkout", "verify", "paths", "base",
-         "head", "removed", "final")
+STEPS = ("fresh", "toplevel", "ignored", "expected", "clone", "checkout", "verify", "paths",
+         "base", "head", "removed", "final")
+#: a shell's statuses for a command that could not be started
+NOT_STARTED = {126: "not executable", 127: "not found"}
 PHASES = ("base", "head", "final")
 RESULTS = ("measured", "base not measured", "base not isolated", "outcomes unreadable")
 #: pytest's exit statuses that say the suite did not run to its end
@@ -101,7 +103,10 @@ def build(order: Order, read: Reader, *, workdir: str, repository: str,
     if why is not None:
         report.update(result="base not measured", why=why)
         return report
-    leaks = _isolation(order, steps, read, workdir, notes)
+    unchecked, leaks = _isolation(order, steps, read, workdir, notes)
+    if unchecked is not None:
+        report.update(result="base not isolated", why=unchecked)
+        return report
     if leaks:
         report["base"]["imports_from_working_tree"] = leaks
         report.update(result="base not isolated", why=(
@@ -110,6 +115,13 @@ def build(order: Order, read: Reader, *, workdir: str, repository: str,
             "code in the \"base\" run; install the project non-editable, or run the suite "
             "with an interpreter that does not import it from the tree"))
         return report
+    for phase in ("base", "head"):
+        if steps.get(phase) in NOT_STARTED:
+            report.update(result="outcomes unreadable", why=(
+                f"the test command could not be started in the {phase} run (exit "
+                f"{steps[phase]}: {NOT_STARTED[steps[phase]]}); a command named relative "
+                "to the working tree is taken from it, one on PATH from the run's PATH"))
+            return report
     sides: dict[str, oc.Outcomes | None] = {}
     unread: dict[str, str] = {}
     for phase in PHASES:
@@ -165,34 +177,44 @@ def not_ignored(read: Reader, exit_code: int | None) -> bool:
         raw = read("steps")
     except oc.ReportUnreadable:
         return False
-    return exit_code == NOT_IGNORED and raw == b"fresh 0\nignored 1\n"
+    return exit_code == NOT_IGNORED and raw == b"fresh 0\ntoplevel 0\nignored 1\n"
 
 
 def _isolation(order: Order, steps: Mapping[str, int], read: Reader, workdir: str,
-               notes: list[str]) -> list[str]:
-    """The base run's import paths (pytest) that lie in the working tree but
-    outside the scratch clone; a note when they could not be read."""
+               notes: list[str]) -> tuple[str | None, list[str]]:
+    """(why the base run's isolation could not be checked, or None; its
+    import paths that lie in the working tree outside the scratch clone).
+    A venv's own site-packages inside the tree is not a leak (an installed
+    copy of the project there is not seen: docs/measure-base.md)."""
     if order.kind != "pytest":
         notes.append("whether the base run reads the working tree (an editable install, a "
                      "build configuration above the scratch) is checked for pytest suites only")
-        return []
+        return None, []
+    status = steps.get("paths")
     try:
-        raw = read("paths") if steps.get("paths") == 0 else None
+        raw = read("paths") if status == 0 else None
     except oc.ReportUnreadable:
         raw = None
-    if raw is None:
-        notes.append("the base run's import paths could not be read (status "
-                     f"{steps.get('paths')}): whether it imports from the working tree is "
-                     "not checked")
-        return []
+    if raw is None or len(raw) > 1 << 20:
+        how = ("its interpreter is not a Python (a wrapper script): run the suite as "
+               "`/path/to/python -m pytest …`" if status == 126 else
+               "its interpreter was not found" if status == 127 else
+               f"the probe ended {status}" if status not in (None, 0) else
+               "the probe's answer is missing or larger than 1 MiB")
+        return (f"which code the base run imports could not be checked ({how}): without it "
+                "a \"base\" run may import head's code (an editable install), so no verdict "
+                "is given"), []
     wd = workdir.rstrip("/")
     scratch = f"{wd}/{order.scratch}"
     leaks = []
-    for entry in raw[:1 << 20].decode("utf-8", "replace").split("\0"):
+    for entry in raw.decode("utf-8", "replace").split("\0"):
         inside = entry == wd or entry.startswith(wd + "/")
-        if inside and not (entry == scratch or entry.startswith(scratch + "/")):
-            leaks.append(entry[:300])
-    return sorted(set(leaks))
+        if not inside or entry == scratch or entry.startswith(scratch + "/"):
+            continue
+        if entry.rstrip("/").rsplit("/", 1)[-1] in ("site-packages", "dist-packages"):
+            continue  # a venv inside the tree: its installed packages, not the tree's code
+        leaks.append(entry[:300])
+    return None, sorted(set(leaks))
 
 
 def _attention(order: Order, steps: Mapping[str, int], pairs: Mapping[str, list[str]],
@@ -203,6 +225,13 @@ def _attention(order: Order, steps: Mapping[str, int], pairs: Mapping[str, list[
     out = [f"introduced: {n}" for n in pairs.get("introduced", [])]
     out += [f"fails at head, absent at base: {n}" for n in pairs.get("only-head", [])
             if head.items.get(n) == oc.FAILED]
+    out += [f"passes at base, {'skipped' if n in head.items else 'absent'} at head: {n}"
+            for n, r in base.items.items()
+            if r == oc.PASSED and head.items.get(n) in (None, oc.SKIPPED)]
+    if order.kind == "exit" and pairs.get("pre-existing"):
+        out.append("the command fails at base and at head, and its exit status is one item: "
+                   "a new failure hides behind the old one (no per-test comparison: run "
+                   "pytest or cargo test directly)")
     for phase in ("base", "head"):
         status = steps.get(phase)
         if order.kind == "pytest" and status in PYTEST_INCOMPLETE:
@@ -342,9 +371,12 @@ def _not_measured(order: Order, steps: Mapping[str, int], expected: str | None,
     scratch = f"{workdir.rstrip('/')}/{order.scratch}"
     last = next((s for s in reversed(STEPS) if s in steps), None)
     failed = {
-        "fresh": f"the scratch path {scratch} already exists; saphan clones only into a new "
-                 "path and never removes what it did not make (remove it, or give another "
-                 "--scratch)",
+        "fresh": f"the scratch path {scratch} already exists (or another run took it first); "
+                 "saphan clones only into a new path and never removes what it did not make "
+                 "(remove it, or give another --scratch)",
+        "toplevel": f"{workdir} is not the top of a git working tree (status "
+                    f"{steps.get('toplevel')}): give the repository's top directory as "
+                    "--workdir (the scratch clone is made from it)",
         "ignored": f"`git check-ignore {order.scratch}/` failed in {workdir} (status "
                    f"{steps.get('ignored')}): is it a git working tree, with git on the PATH?",
         "expected": f"{order.expect or order.base!r} names no single commit in the repository "
@@ -356,7 +388,7 @@ def _not_measured(order: Order, steps: Mapping[str, int], expected: str | None,
                      "`git checkout --detach` failed (its message is in the run's stderr)"),
         "verify": "`git rev-parse HEAD` failed in the scratch clone",
     }
-    for name in ("fresh", "ignored", "expected", "clone", "checkout", "verify"):
+    for name in ("fresh", "toplevel", "ignored", "expected", "clone", "checkout", "verify"):
         if name not in steps:
             return (f"the driver stopped before its {name!r} step (after "
                     f"{last or 'no step'}): killed, or its step file was changed")

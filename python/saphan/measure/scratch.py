@@ -33,17 +33,20 @@ NAMED = 50
 
 def check_local(workdir: str, scratch: str, *, remove: str | None) -> dict[str, Any]:
     """``{"scratch_present", "removed_by_saphan", "git_dirs_below"}`` for the
-    tree at ``workdir``; ``remove``: the part of the scratch path saphan saw
-    absent before the run (its first component that was not there), removed
-    if it is there now — the run made it."""
+    tree at ``workdir``; ``remove``: the first component of the scratch path
+    saphan saw absent before the run — the scratch is removed if it is there
+    (the run made it), then each directory above it up to ``remove`` if it
+    is empty (another run's scratch beside it stays)."""
     wd = os.path.realpath(workdir)
     out: dict[str, Any] = {"scratch_present": False, "removed_by_saphan": False}
     try:
         out["scratch_present"] = _lexists(wd, scratch)
-        if remove is not None and _lexists(wd, remove):
-            _remove(wd, remove)
+        if remove is not None and out["scratch_present"]:
+            _remove(wd, scratch)
             out["removed_by_saphan"] = True
             out["scratch_present"] = _lexists(wd, scratch)
+        if remove is not None and remove != scratch:
+            out["removed_by_saphan"] |= _rmdir_up(wd, posixpath.dirname(scratch), remove)
     except (PlantedLink, OSError) as e:
         out.update(scratch_present=True, check_error=f"{type(e).__name__}: {e}")
     out["git_dirs_below"] = git_dirs_below(wd)
@@ -72,6 +75,22 @@ def _lexists(wd: str, rel: str) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def _rmdir_up(wd: str, rel: str, top: str) -> bool:
+    """Remove the empty directories ``rel``, its parent, … up to ``top``
+    (never through a link); whether one was removed."""
+    removed = False
+    while rel and (rel == top or rel.startswith(top + "/")):
+        parent, leaf = posixpath.split(rel)
+        try:
+            with nofollow.open_dir(os.path.join(wd, parent) if parent else wd) as fd:
+                os.rmdir(leaf, dir_fd=fd)
+        except OSError:
+            break  # not empty (another run's scratch beside), or gone
+        removed = True
+        rel = parent
+    return removed
 
 
 def _remove(wd: str, rel: str) -> None:
@@ -112,6 +131,7 @@ def git_dirs_below(wd: str) -> list[str]:
 
 
 _FAR_CHECK = """\
+unset CDPATH
 cd -P -- {wd} || exit 3
 p={parent}
 set -f
@@ -119,14 +139,14 @@ IFS=/
 how=
 for c in $p; do
   if [ -L "$c" ]; then how="link $c"; break; fi
-  cd -P -- "$c" 2>/dev/null || {{ how=absent; break; }}
+  cd -P -- "./$c" 2>/dev/null || {{ how=absent; break; }}
 done
 unset IFS
 if [ -n "$how" ]; then echo "$how"
-elif [ -e {leaf} ] || [ -L {leaf} ]; then
+elif [ -e ./{leaf} ] || [ -L ./{leaf} ]; then
   if [ -n "{remove}" ]; then
-    if [ -L {leaf} ] || [ ! -d {leaf} ]; then rm -f -- {leaf}; else rm -rf -- {leaf}; fi
-    if [ -e {leaf} ] || [ -L {leaf} ]; then echo present; else echo removed; fi
+    if [ -L ./{leaf} ] || [ ! -d ./{leaf} ]; then rm -f -- ./{leaf}; else rm -rf -- ./{leaf}; fi
+    if [ -e ./{leaf} ] || [ -L ./{leaf} ]; then echo present; else echo removed; fi
   else echo present; fi
 else echo absent; fi
 cd -P -- {wd} && find . -path ./.git -prune -o -path ./.saphan-run/tmp -prune \\

@@ -84,7 +84,7 @@ FAR_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: command slot's argv[0], and the PATH a run keeps (its relative entries
 #: dropped: site/ssh.run_script).
 _PROLOGUE = ("UP=${PATH:-}; PATH=" + FAR_SYSTEM_PATH + "; export PATH; "
-             "unset LD_PRELOAD LD_LIBRARY_PATH LD_AUDIT\n")
+             "unset LD_PRELOAD LD_LIBRARY_PATH LD_AUDIT CDPATH\n")
 
 
 def sh(script: str) -> str:
