@@ -364,6 +364,41 @@ def machine_probe_confinement(ctx: click.Context, name: str, as_json: bool) -> N
                f"{value['launcher_version']} sha256:{value['launcher_sha256']}")
 
 
+@machine.command("probe-container")
+@click.argument("name")
+@click.option("--image", required=True, metavar="REF@sha256:DIGEST",
+              help="The image to run, pinned by its digest (it must already be on NAME).")
+@click.option("--expect-output", default=None, metavar="TEXT",
+              help="Require the container's output to contain TEXT (else: exit 0 is required).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def machine_probe_container(ctx: click.Context, name: str, image: str,
+                            expect_output: str | None, as_json: bool) -> None:
+    """Run the pinned image by digest with NAME's container runtime (podman,
+    else docker; over its own transport) and require the outcome; then write
+    the signed docker-oci row for that digest and NAME's runtime, vm_cpus and
+    vm_memory_bytes (this probe is their only writer). A cast with --image
+    DIGEST reads the row while it is fresh ([cast] image_fresh_seconds).
+    Eligibility is a routing fact: runs are not executed in a container.
+    Exit 1 when a step fails (nothing is written)."""
+    from saphan.fleet.container_probe import ProbeFailed
+
+    try:
+        got = _engine(ctx).probe_container(name, image, expect_output=expect_output)
+    except ProbeFailed as e:
+        click.echo(f"saphan: probe-container {name}: {e}; nothing was written", err=True)
+        ctx.exit(EXIT_FAILED)
+    if as_json:
+        _emit_json(got)
+        return
+    row = got["rows"][next(k for k in got["rows"] if k.startswith("docker-oci:"))]
+    from saphan.confine.protected import printable
+
+    click.echo(printable(
+        f"{name}: {row['runtime_version']} ran {row['image']} ({row['outcome']}); rows "
+        f"written: {', '.join(got['rows'])} (measured {got['measured_at']})"))
+
+
 @machine.command("deliver")
 @click.argument("names", nargs=-1, metavar="[MACHINE]...")
 @click.option("--all", "all_machines", is_flag=True, help="Every --ssh machine.")

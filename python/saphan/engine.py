@@ -52,7 +52,6 @@ class Engine:
     @property
     def store(self) -> Store:
         return self.ctx.store
-
     def close(self) -> None:
         self.ctx.close()
 
@@ -89,6 +88,12 @@ class Engine:
         """Measure the machine's Landlock level and write its signed row."""
         from saphan.fleet import probes
         return probes.probe_confinement(self.ctx, name)
+
+    def probe_container(self, name: str, image: str, *,
+                        expect_output: str | None = None) -> dict[str, Any]:
+        """Run ``image`` (REF@sha256:DIGEST) there; write its docker-oci row."""
+        from saphan.fleet import container_probe
+        return container_probe.probe(self.ctx, name, image, expect_output=expect_output)
 
     def deliver(self, names: Sequence[str], *, all_machines: bool = False, probe: bool = False,
                 on_done: Callable[[dict[str, Any]], None] | None = None,
