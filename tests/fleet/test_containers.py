@@ -12,7 +12,7 @@ import pytest
 
 from saphan.context import Context
 from saphan.errors import UserError
-from saphan.fleet import containers, facts
+from saphan.fleet import cast, containers, facts
 from saphan.refusals import Refusal
 from saphan.store.rows import Fact, Machine
 
@@ -29,6 +29,10 @@ def _row(ctx: Context, digest: str, ago: float) -> Machine:
     facts.write(ctx.store, ctx.record_key(), ctx.workspace.home, m, containers.kind(digest),
                 {"digest": digest, "runtime": "podman"}, _iso(ago))
     return m
+
+
+def _reader(ctx: Context) -> cast.FactReader:
+    return lambda m, kind: ctx.verified_fact(m.name, kind)
 
 
 @pytest.fixture
@@ -50,15 +54,15 @@ def test_anything_but_a_sha256_digest_is_refused(image: str) -> None:
 
 
 def test_only_a_fresh_row_for_that_digest_qualifies(ctx: Context, here: Machine) -> None:
-    assert containers.ineligible(ctx, here, DIGEST, 600) is not None  # no row at all
+    assert containers.ineligible(_reader(ctx), here, DIGEST, 600) is not None  # no row at all
     _row(ctx, OTHER, 1)
-    why = containers.ineligible(ctx, here, DIGEST, 600)
+    why = containers.ineligible(_reader(ctx), here, DIGEST, 600)
     assert why is not None and why.startswith(f"image: no probe-confirmed docker-oci row for "
                                               f"{DIGEST}")
     _row(ctx, DIGEST, 5)
-    assert containers.ineligible(ctx, here, DIGEST, 600) is None
+    assert containers.ineligible(_reader(ctx), here, DIGEST, 600) is None
     _row(ctx, DIGEST, 700)  # measured again, but long ago: stale counts as absent
-    why = containers.ineligible(ctx, here, DIGEST, 600)
+    why = containers.ineligible(_reader(ctx), here, DIGEST, 600)
     assert why is not None and "older than the 600 s a cast accepts" in why
 
 
@@ -69,7 +73,7 @@ def test_a_tampered_row_is_record_signature_invalid(ctx: Context, here: Machine)
     ctx.store.put_fact(Fact(f.machine, f.kind, f.value_json.replace("podman", "docker"),
                             f.measured_at, f.signature))
     with pytest.raises(Refusal) as e:
-        containers.ineligible(ctx, here, DIGEST, 600)
+        containers.ineligible(_reader(ctx), here, DIGEST, 600)
     assert e.value.cls == "record-signature-invalid"
 
 

@@ -25,7 +25,7 @@ Everything passed over is kept with why, for the record and the refusal.
 from __future__ import annotations
 
 import platform
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -96,12 +96,13 @@ def candidates(ctx: Context, tool: str, *, machine: str | None = None,
         found.image_fresh_seconds = containers.fresh_seconds(ctx.config)
     every_label = labels_mod.all_labels(ctx)
     gates: dict[str, str | None] = {}
+    read = _fact_reader(ctx)
     slots = [s for s in ctx.store.list_slots(machine) if s.tool == tool]
     for s in sorted(slots, key=lambda s: (machines[s.machine].transport != "local",
                                           s.machine, s.name)):
         m = machines[s.machine]
         if m.name not in gates:
-            gates[m.name] = _machine_gate(ctx, m, image, found.image_fresh_seconds)
+            gates[m.name] = _machine_gate(read, m, image, found.image_fresh_seconds)
         why = gates[m.name]
         if why is None:
             unmet = labels_mod.matches(
@@ -115,7 +116,23 @@ def candidates(ctx: Context, tool: str, *, machine: str | None = None,
     return found
 
 
-def _machine_gate(ctx: Context, m: Machine, image: str | None,
+#: a machine's verified fact of a kind (fleet/facts.read), or None
+FactReader = Callable[["Machine", str], "tuple[dict[str, Any], str] | None"]
+
+
+def _fact_reader(ctx: Context) -> FactReader:
+    """Verified facts for this cast: the record key read once (its custody
+    checked), the machine rows the cast already holds."""
+    from saphan.fleet import facts
+
+    key, home, store = ctx.record_key(), ctx.workspace.home, ctx.store
+
+    def read(m: Machine, kind: str) -> tuple[dict[str, Any], str] | None:
+        return facts.read(store, key, home, m, kind)
+    return read
+
+
+def _machine_gate(read: FactReader, m: Machine, image: str | None,
                   fresh: int | None) -> str | None:
     """Why ``m`` cannot take a run (None: it can), from signed rows only."""
     try:
@@ -125,14 +142,14 @@ def _machine_gate(ctx: Context, m: Machine, image: str | None,
             from saphan.confine.landlock_gate import FACT_KIND, gate_row
             from saphan.site.far import FACT_KIND as LAUNCHER
 
-            gate_row(m.name, ctx.verified_fact(m.name, FACT_KIND))
-            why = (None if ctx.verified_fact(m.name, LAUNCHER) is not None else
+            gate_row(m.name, read(m, FACT_KIND))
+            why = (None if read(m, LAUNCHER) is not None else
                    "no delivered saphan-launcher is recorded (`saphan machine deliver "
                    f"{m.name} --probe`)")
         if why is None and image is not None:
             from saphan.fleet import containers
 
-            why = containers.ineligible(ctx, m, image, fresh or 0)
+            why = containers.ineligible(read, m, image, fresh or 0)
     except Refusal as r:
         return f"[{r.cls}] {r.message}"
     return why

@@ -22,7 +22,7 @@ from saphan.refusals import Refusal
 
 if TYPE_CHECKING:
     from saphan.config import Config
-    from saphan.context import Context
+    from saphan.fleet.cast import FactReader
     from saphan.store.rows import Machine
 
 #: a digest as casts and rows name it
@@ -48,11 +48,12 @@ def fresh_seconds(config: Config) -> int:
     return config.image_fresh_seconds
 
 
-def ineligible(ctx: Context, m: Machine, image: str, fresh: int) -> str | None:
+def ineligible(read: FactReader, m: Machine, image: str, fresh: int) -> str | None:
     """Why ``m`` is not eligible for ``image`` (None: a fresh row for exactly
-    that digest verifies). A row that does not verify raises its Refusal."""
+    that digest verifies, as ``read`` — fleet/cast's verified reader — gives
+    it). A row that does not verify raises its Refusal."""
     digest = check_digest(image)
-    row = ctx.verified_fact(m.name, kind(digest))
+    row = read(m, kind(digest))
     probe = f"`saphan machine probe-container {m.name} --image REF@{digest}`"
     if row is None:
         return f"image: no probe-confirmed docker-oci row for {digest} ({probe})"
