@@ -386,7 +386,10 @@ def machine_probe_container(ctx: click.Context, name: str, image: str,
     try:
         got = _engine(ctx).probe_container(name, image, expect_output=expect_output)
     except ProbeFailed as e:
-        click.echo(f"saphan: probe-container {name}: {e}; nothing was written", err=True)
+        from saphan.confine.protected import printable
+
+        click.echo(printable(f"saphan: probe-container {name}: {e}; nothing was written"),
+                   err=True)
         ctx.exit(EXIT_FAILED)
     if as_json:
         _emit_json(got)
@@ -1527,8 +1530,12 @@ def config_check(ctx: click.Context) -> None:
 def _fail(code: int, text: str) -> NoReturn:
     from contextlib import suppress
 
+    from saphan.confine.protected import printable
+
+    # what a far machine, a run or an option put in a message reaches the
+    # terminal escaped, one line per line
     with suppress(OSError):  # the terminal is gone (SIGHUP): the exit status says it
-        click.echo(text, err=True)
+        click.echo("\n".join(printable(line) for line in text.split("\n")), err=True)
     sys.exit(code)
 
 

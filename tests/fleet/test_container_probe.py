@@ -115,3 +115,18 @@ def test_an_image_the_machine_does_not_hold_writes_nothing(
     assert r.code == 1 and f"image {missing} is not on here" in r.err, r.err
     r = s("machine", "probe-container", "here", "--image", "sha256:" + "1" * 64)
     assert r.code == 2 and "give REF@sha256:" in r.err
+
+
+@pytest.mark.parametrize(("info", "want"), [
+    ('{"host": {"cpus": 2, "memTotal": 25276510208}}', (2, 25276510208)),
+    # review: a far runtime's answer is hostile input: a bool, a 10^44, a negative
+    ('{"host": {"cpus": true, "memTotal": 99999999999999999999999999999999999999999999}}',
+     (None, None)),
+    ('{"host": {"cpus": -1, "memTotal": "lots"}}', (None, None)),
+    ('[1, 2]', (None, None)),
+    ("not json", (None, None)),
+])
+def test_the_runtimes_sizes_are_checked(info: str, want: tuple[int | None, int | None]) -> None:
+    from saphan.fleet.container_probe import _sizes
+
+    assert _sizes("podman", info) == want

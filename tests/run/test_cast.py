@@ -172,3 +172,14 @@ def test_32_concurrent_casts_on_6_seats_admit_exactly_6(saphan: Saphan,
     assert sorted((r["slot"], r["session_ordinal"]) for r in won) == [
         ("a", 0), ("b", 0), ("b", 1), ("c", 0), ("c", 1), ("c", 2)]
     assert s.ok("runs", "list", "--state", "live", "--json").json() == []
+
+
+def test_a_cast_refused_for_the_record_key_is_recorded(saphan_sqlite: Saphan,
+                                                       tmp_path: Path) -> None:
+    # review: the cast read the key before the run's row existed: no record
+    s = saphan_sqlite
+    _fleet(s, {"a": 1})
+    (s.home / "record.key").chmod(0o644)
+    r = s("run", "--tool", "command", "--workdir", str(tmp_path), "--", "true")
+    assert r.code == 3 and "refused [custody-key-unsafe]" in r.err
+    assert "\nrun: " in r.err

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 Runner = Callable[[list[str]], "tuple[int, str, str]"]
 #: at most this much of the container's output is kept (it is hashed whole)
 OUTPUT_KEPT = 4096
+#: what a runtime's answer about the machine may say (else the probe fails)
+MAX_CPUS, MAX_MEMORY = 65536, 1 << 50
 
 
 class ProbeFailed(Exception):
@@ -83,14 +85,15 @@ def measure(run: Runner, image: str, digest: str, *, expect_output: str | None,
         raise ProbeFailed(f"`{rt} --version` on {machine} ended {code}: {err.strip()[:300]}")
     version = out.strip().splitlines()[0][:200] if out.strip() else ""
     fmt = "{{.Digest}}" if rt == "podman" else "{{json .RepoDigests}}"
-    code, out, err = run([rt, "image", "inspect", "--format", fmt, image])
+    code, out, err = run([rt, "image", "inspect", "--format", fmt, "--", image])
     if code != 0:
         raise ProbeFailed(f"image {image} is not on {machine} ({rt} image inspect ended "
                           f"{code}: {err.strip()[:300]}); load it there first")
     if digest not in out:
         raise ProbeFailed(f"the image {machine} holds under {image} has digest "
                           f"{out.strip()[:200]!r}, not {digest}")
-    code, out, err = run([rt, "run", "--rm", "--pull", "never", "--network", "none", image])
+    code, out, err = run([rt, "run", "--rm", "--pull", "never", "--network", "none", "--",
+                          image])
     if code != 0:
         raise ProbeFailed(f"`{rt} run {image}` on {machine} ended {code}: "
                           f"{(err or out).strip()[:300]}")
@@ -102,7 +105,9 @@ def measure(run: Runner, image: str, digest: str, *, expect_output: str | None,
     if cpus is None or memory is None:
         raise ProbeFailed(f"`{rt} info` on {machine} did not say its CPUs and memory "
                           f"(ended {code}: {err.strip()[:200]})")
-    return {"image": image, "digest": digest, "runtime": rt, "runtime_version": version,
+    return {"image": image, "digest": digest,
+            "name_checked": False,  # the digest decides what ran; the name is as given
+            "runtime": rt, "runtime_version": version,
             "outcome": "exit 0" + (f", output contains {expect_output!r}"
                                    if expect_output is not None else ""),
             "output_sha256": hashlib.sha256(out.encode()).hexdigest(),
@@ -119,7 +124,9 @@ def _sizes(rt: str, info: str) -> tuple[int | None, int | None]:
         got = (host.get("cpus"), host.get("memTotal")) if isinstance(host, dict) else (None, None)
     else:
         got = (data.get("NCPU"), data.get("MemTotal")) if isinstance(data, dict) else (None, None)
-    return tuple(v if isinstance(v, int) and v > 0 else None for v in got)  # type: ignore[return-value]
+    cpus, memory = got
+    return (cpus if type(cpus) is int and 1 <= cpus <= MAX_CPUS else None,
+            memory if type(memory) is int and 1 << 20 <= memory <= MAX_MEMORY else None)
 
 
 def _runner(ctx: Context, name: str) -> Runner:

@@ -18,7 +18,7 @@ _KEY = re.compile(r"[a-z0-9][a-z0-9._/-]{0,62}")
 MAX_VALUE = 128
 SHAPE = ("give key=value: the key 1-63 lowercase letters, digits, '.', '_', '/' or '-', "
          "starting with a letter or digit; the value 1-128 printable characters, no "
-         "whitespace (e.g. zone=eu)")
+         "whitespace or ',' (e.g. zone=eu)")
 
 
 def check_key(key: str) -> str:
@@ -38,10 +38,10 @@ def parse(text: str) -> tuple[str, str]:
     if len(value) > MAX_VALUE:
         raise UserError(f"label {key!r} has a value of {len(value)} characters, over "
                         f"{MAX_VALUE}; {SHAPE}")
-    bad = next((c for c in value if c.isspace() or not c.isprintable()), None)
+    bad = next((c for c in value if c.isspace() or not c.isprintable() or c == ","), None)
     if bad is not None:
-        raise UserError(f"label {key!r} has {bad!r} in its value (whitespace or a control "
-                        f"character); {SHAPE}")
+        raise UserError(f"label {key!r} has {bad!r} in its value (whitespace, a control "
+                        f"character, or ',' which listings separate labels with); {SHAPE}")
     return key, value
 
 
@@ -79,7 +79,11 @@ def set_labels(ctx: Context, machine: str, slot: str, add: Sequence[str],
     have = ctx.store.labels().get((machine, slot), {})
     missing = [k for k in drop if k not in have]
     if not missing:
-        missing = ctx.store.change_labels(machine, slot, put, drop)
+        try:
+            missing = ctx.store.change_labels(machine, slot, put, drop)
+        except LookupError:
+            raise UserError(f"{_target(machine, slot)} was removed meanwhile; nothing was "
+                            "changed") from None
     if missing:
         raise UserError(f"{_target(machine, slot)} has no label {missing[0]!r} to remove "
                         f"(it has: {', '.join(sorted(have)) or 'none'}); nothing was changed")

@@ -46,13 +46,17 @@ def seat(ctx: Context, ask: Ask, base: dict[str, Any], holder: Holder, *, tool: 
     ``make``: the pipeline's make_site (the pipeline alone makes sites)."""
     from saphan.fleet import cast as fleet_cast
     from saphan.run import ask as asks
+    from saphan.tools import TOOLS
 
     if tool is None:
         raise UserError("give --slot (with --machine) or --tool T to cast the run on the fleet")
-    found = fleet_cast.candidates(ctx, tool, machine=machine, labels=labels, image=image)
+    if tool not in TOOLS:
+        raise UserError(f"--tool {tool!r} is unknown; choose one of {', '.join(TOOLS)}")
     base["tool"] = tool
-    base["cast"] = found.as_record()
+    # custody first: the cast reads signed rows with the key (a refusal here is recorded)
     asks.custody(ctx, base, tool, holder)
+    found = fleet_cast.candidates(ctx, tool, machine=machine, labels=labels, image=image)
+    base["cast"] = found.as_record()
     if tool == "command":
         asks.check_command(ctx, base, ask.command, holder)
     return _reserve_one(ctx, found, ask, base, holder, wait=wait, make=make)

@@ -272,6 +272,9 @@ class Store:
         missing: list[str] = []
         try:
             with self.db.transaction():
+                if slot and self.get_slot(machine, slot) is None:
+                    # removed since it was checked: nothing is written
+                    raise LookupError(f"slot {slot!r} on {machine!r} is gone")
                 missing = [k for k in remove if not self.remove_label(machine, slot, k)]
                 if missing:
                     raise _Missing
