@@ -12,7 +12,7 @@ import pytest
 
 from saphan.context import Context
 from saphan.errors import UserError
-from saphan.fleet import cast, containers, facts
+from saphan.fleet import containers, facts
 from saphan.refusals import Refusal
 from saphan.store.rows import Fact, Machine
 
@@ -31,7 +31,7 @@ def _row(ctx: Context, digest: str, ago: float) -> Machine:
     return m
 
 
-def _reader(ctx: Context) -> cast.FactReader:
+def _reader(ctx: Context) -> facts.FactReader:
     return lambda m, kind: ctx.verified_fact(m.name, kind)
 
 

@@ -25,7 +25,7 @@ Everything passed over is kept with why, for the record and the refusal.
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ from saphan.refusals import Refusal
 
 if TYPE_CHECKING:
     from saphan.context import Context
+    from saphan.fleet.facts import FactReader
     from saphan.store.rows import Machine, Slot
 
 RANKING = "local machines first, then by machine name, then by slot name"
@@ -114,10 +115,6 @@ def candidates(ctx: Context, tool: str, *, machine: str | None = None,
         else:
             found.passed_over.append({"machine": m.name, "slot": s.name, "why": why})
     return found
-
-
-#: a machine's verified fact of a kind (fleet/facts.read), or None
-FactReader = Callable[["Machine", str], "tuple[dict[str, Any], str] | None"]
 
 
 def _fact_reader(ctx: Context) -> FactReader:

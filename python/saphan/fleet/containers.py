@@ -22,7 +22,7 @@ from saphan.refusals import Refusal
 
 if TYPE_CHECKING:
     from saphan.config import Config
-    from saphan.fleet.cast import FactReader
+    from saphan.fleet.facts import FactReader
     from saphan.store.rows import Machine
 
 #: a digest as casts and rows name it

@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,9 @@ from saphan.store.base import Store
 from saphan.store.rows import Fact, Machine
 
 SEQ_FILE = "fact-seq.json"
+#: a machine's verified fact of a kind (:func:`read` with a key and home
+#: bound), or None: how a cast reads rows (fleet/cast.py)
+FactReader = Callable[[Machine, str], "tuple[dict[str, Any], str] | None"]
 
 
 def identity(m: Machine) -> str:
