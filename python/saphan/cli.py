@@ -1574,5 +1574,7 @@ def main() -> None:
         if isinstance(e, TransportError):
             _fail(EXIT_FAILED, f"error: ssh: {e}")
         if isinstance(e, Interrupted):
-            _fail(128 + e.signum, f"saphan: {e}; the run was finalised")
+            _fail(128 + e.signum, f"saphan: {e}; " + (
+                "the run was finalised" if e.recorded else
+                "it held no seat, and nothing was recorded"))
         raise

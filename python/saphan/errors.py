@@ -66,6 +66,8 @@ class Interrupted(Exception):
                          + (f" {when}" if when else ""))
         self.signum = signum
         self.exit_code = exit_code
+        #: False: it came while the run waited for a seat, and no row was written
+        self.recorded = True
 
 
 class NotGrantable(Exception):

@@ -183,3 +183,29 @@ def test_a_cast_refused_for_the_record_key_is_recorded(saphan_sqlite: Saphan,
     r = s("run", "--tool", "command", "--workdir", str(tmp_path), "--", "true")
     assert r.code == 3 and "refused [custody-key-unsafe]" in r.err
     assert "\nrun: " in r.err
+
+
+def test_an_interrupt_while_waiting_for_a_seat_says_nothing_was_recorded(
+        saphan_sqlite: Saphan, tmp_path: Path) -> None:
+    # review: it said "the run was finalised", and no row existed
+    import signal
+
+    s = saphan_sqlite
+    _fleet(s, {"a": 1})
+    holder = _start(s, tmp_path)
+    try:
+        _wait_live(tmp_path, 1)
+        for how in (["--tool", "command"], ["--machine", "here", "--slot", "a"]):
+            p = subprocess.Popen([saphan_exe(), "run", *how, "--wait=30", "--workdir",
+                                  str(tmp_path), "--", "true"], env=s.env(),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            time.sleep(1.5)
+            p.send_signal(signal.SIGINT)
+            _, err = p.communicate(timeout=30)
+            assert p.returncode == 130, err
+            assert "it held no seat, and nothing was recorded" in err, err
+        assert len(s.ok("runs", "list", "--json").json()) == 1  # the holder's own
+    finally:
+        (tmp_path / "release").touch()
+        _done(holder)

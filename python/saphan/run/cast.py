@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from saphan.errors import UserError
+from saphan.errors import Interrupted, UserError
 from saphan.refusals import Refusal
 from saphan.run import record as recorder
 
@@ -92,7 +92,11 @@ def _reserve_one(ctx: Context, found: Cast, ask: Ask, base: dict[str, Any], hold
         if not full or left <= 0:
             break
         time.sleep(min(delay, left))
-        streams.checkpoint()
+        try:
+            streams.checkpoint()
+        except Interrupted as e:
+            e.recorded = False  # waiting for a seat: no row was written
+            raise
         delay = min(delay * 2, WAIT_MOST)
     from saphan.fleet.cast import refusal
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from saphan.errors import Interrupted
 from saphan.refusals import Refusal
 from saphan.run import record as recorder
 
@@ -30,6 +31,9 @@ def reserve(ctx: Context, s: Slot, base: dict[str, Any], wd: str, holder: Holder
                             wait=wait, on_wait=_say, checkpoint=checkpoint)
     except Refusal as refusal:
         recorder.refused(ctx, base, s.tool, holder, refusal)
+        raise
+    except Interrupted as e:
+        e.recorded = False  # while it waited for a seat: no row was written
         raise
 
 
