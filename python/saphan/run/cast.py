@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from saphan.errors import Interrupted, UserError
+from saphan.errors import Interrupted, TransportError, UserError
 from saphan.refusals import Refusal
 from saphan.run import record as recorder
 
@@ -130,6 +130,10 @@ def _inspected(ctx: Context, c: Candidate, ask: Ask, base: dict[str, Any],
         return None
     except UserError as e:
         passed.append({"machine": c.machine.name, "slot": c.slot.name, "why": str(e)})
+        return None
+    except TransportError as e:  # an SSH machine that could not be reached: the next one
+        passed.append({"machine": c.machine.name, "slot": c.slot.name,
+                       "why": f"unreachable: {e}"})
         return None
     return site, b
 

@@ -81,3 +81,25 @@ def test_every_seat_held_is_fleet_full_naming_each(far: Remote, tmp_path: Path) 
         (h.far_path(wd) / "release").touch()
         codes = [p.wait(timeout=60) for p in (local, remote)]
     assert codes == [0, 0]
+
+
+def test_an_unreachable_candidate_is_passed_over(far: Remote) -> None:
+    far.ready("far1")
+    far.ready("far3")
+    h1, h3 = far.host("far1"), far.host("far3")
+    wd = h1.mkdir("cast-unreach")
+    h3.mkdir("cast-unreach")
+    holder = far.start_run("far1", wd, "sh", "-c", HOLD)
+    h3.stop()
+    try:
+        far.wait_far_holder("far1")
+        r = far("run", "--tool", "command", "--workdir", str(wd), "--json", "--", "true")
+        assert r.code == 3, r.err
+        msg = json.loads(r.out)["refusal"]["message"]
+        assert "far1/s1: full: slot s1 on far1 carries 1 run" in msg
+        assert "far3/s1: unreachable: " in msg
+    finally:
+        h3.start()
+        (h1.far_path(wd) / "release").touch()
+        code = holder.wait(timeout=60)
+    assert code == 0
