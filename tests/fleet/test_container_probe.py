@@ -102,7 +102,9 @@ def test_probe_then_cast_by_digest(saphan_sqlite: Saphan, tmp_path: Path,
           "--", "true")
     assert r.code == 3, r.err
     rec = json.loads(r.out)
-    assert "[record-signature-invalid]" in rec["refusal"]["message"]
+    assert rec["refusal"]["class"] == "record-signature-invalid"
+    assert (f"here/s1: [record-signature-invalid] the docker-oci:{digest} row of machine here"
+            in rec["refusal"]["message"])
 
 
 def test_an_image_the_machine_does_not_hold_writes_nothing(

@@ -187,6 +187,14 @@ def refusal(found: Cast, full: Sequence[dict[str, str]]) -> Refusal:
         from saphan.fleet import containers
 
         return containers.refusal(found.image, found.passed_over)
+    if found.passed_over and all(p["why"].startswith("[record-signature-invalid]")
+                                 for p in found.passed_over):
+        # every slot was kept out by a row that does not verify: that is the refusal
+        return refusals.record_signature_invalid(
+            f"no slot can take a run of {what}: the rows it needed do not verify: {listed}",
+            "investigate who can write the store; then measure again (`saphan machine "
+            "probe-confinement M`, `machine deliver M --probe`, `machine probe-container M "
+            "--image REF@DIGEST`)")
     return refusals.no_eligible_slot(
         f"no slot can take a run of {what}: {listed}",
         "add a slot of that tool (`saphan slot add M S --tool T`) on a machine that can give "
