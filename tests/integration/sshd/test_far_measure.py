@@ -102,3 +102,30 @@ def test_far_moved_branch_is_base_not_measured(far: Remote, tmp_path: Path) -> N
     assert m["result"] == "base not measured"
     assert m["base"]["expected"] == base and m["base"]["measured"] == head
     assert "pairs" not in m
+
+
+def test_a_scratch_parent_swapped_for_a_link_deletes_nothing_outside(far: Remote,
+                                                                   tmp_path: Path) -> None:
+    """The head suite replaces the scratch's parent with a link to a far
+    directory outside the tree holding a same-named entry: the driver's
+    removal is refused by the Landlock domain, saphan's far check sees the
+    link and removes nothing; the victim is intact."""
+    far.ready("far2")
+    h = far.host("far2")
+    wd, base, _ = _far_repo(h, tmp_path)
+    victim = h.mkdir("victim")
+    h.as_user("mkdir", "-p", str(victim / "x"))
+    h.as_user("sh", "-c", f"echo keep > {victim}/x/f")
+    far_wd = h.far_path(wd)
+    with (far_wd / ".git" / "info" / "exclude").open("a") as f:
+        f.write("/scr/\n/scr.moved/\n")
+    swap = f'[ -L scr ] || {{ [ -d scr ] && mv scr scr.moved && ln -s {victim} scr; }}; true'
+    r = far("measure-base", "--machine", "far2", "--slot", "s1", "--workdir", str(wd),
+            "--base", base, "--scratch", "scr/x", "--json", "--", "sh", "-c", swap,
+            timeout=600)
+    m = json.loads(r.out)["measure"]
+    assert m["result"] in ("measured", "base not measured"), (r.err[-2000:], m)
+    tree = m["one_tree"]
+    assert not tree["holds"] and not tree["removed_by_saphan"], tree
+    assert tree.get("check_error", "").startswith("the check on the runner ended 0: link scr")
+    assert (h.far_path(victim) / "x" / "f").read_text() == "keep\n"
