@@ -38,7 +38,6 @@ STEPS = ("fresh", "toplevel", "ignored", "expected", "clone", "checkout", "verif
 #: a shell's statuses for a command that could not be started
 NOT_STARTED = {126: "not executable", 127: "not found"}
 PHASES = ("base", "head", "final")
-RESULTS = ("measured", "base not measured", "base not isolated", "outcomes unreadable")
 #: pytest's exit statuses that say the suite did not run to its end
 PYTEST_INCOMPLETE = {2: "interrupted (a collection error, or stopped)", 3: "internal error",
                      4: "usage error", 5: "no tests collected"}
