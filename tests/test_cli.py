@@ -20,9 +20,10 @@ import pytest
 from conftest import Result, Saphan
 
 VERBS = {
-    "": ["config", "db", "doctor", "egress", "init", "lane", "launcher", "machine", "measure-base",
+    "": ["batch", "config", "db", "doctor", "egress", "init", "lane", "launcher", "machine", "measure-base",
          "policy", "run",
          "runs", "slot", "worktrees"],
+    "batch": ["list", "resume", "run", "show", "work"],
     "config": ["check", "show"],
     "machine": ["add", "deliver", "list", "probe-confinement", "probe-container", "remove", "set",
                 "show"],

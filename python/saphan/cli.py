@@ -1340,6 +1340,124 @@ def runs_cancel(ctx: click.Context, run_id: str, sig: str, grace: float,
         click.echo(f"  {step}", err=as_json)
 
 
+# -- batches ------------------------------------------------------------------------
+
+@cli.group()
+def batch() -> None:
+    """Many tasks, cast on the fleet as seats free up (docs/fleet.md#batches).
+
+    A batch file is JSONL, one task per line: {"command": ["make", "test"],
+    "workdir": "/src/a"} or {"tool": "claude", "prompt": "...", "repo": "/src/b",
+    "base": "main", "labels": {"zone": "eu"}, "max_seconds": 900, "id": "b1"}.
+    The batch, its tasks and their runs are rows in the store: Ctrl-C gives
+    the running tasks back, and `saphan batch resume ID` runs the rest.
+    """
+
+
+_PARALLEL = click.option(
+    "--parallel", type=click.IntRange(1, 10_000), default=None, metavar="N",
+    help="At most N tasks at once (default: as many as the fleet has free seats).")
+_BATCH_JSON = click.option(
+    "--json", "as_json", is_flag=True,
+    help="Print the batch's report as JSON on stdout (progress lines go to stderr).")
+
+
+@batch.command("run")
+@click.argument("path", metavar="FILE", type=click.Path(dir_okay=False))
+@_PARALLEL
+@_BATCH_JSON
+@click.pass_context
+def batch_run(ctx: click.Context, path: str, parallel: int | None, as_json: bool) -> None:
+    """Check FILE, store it as a batch, and work it until every task is done.
+
+    Each task is a cast (`saphan run --tool T --wait`): it waits for a free
+    seat of its tool (matching its labels and image). Exit status: 0 every
+    task exited 0; 1 some did not; 128+N stopped by a signal (resume it).
+    """
+    engine = _engine(ctx)
+    b = engine.batches.create(path)
+    click.echo(f"batch {b.id}: {b.tasks} task{'s' if b.tasks != 1 else ''} from {b.source}",
+               err=True)
+    _work_batch(ctx, engine, b.id, parallel, as_json)
+
+
+@batch.command("work")
+@click.argument("batch_id", metavar="ID")
+@_PARALLEL
+@_BATCH_JSON
+@click.pass_context
+def batch_work(ctx: click.Context, batch_id: str, parallel: int | None, as_json: bool) -> None:
+    """Work a stored batch with the others working it: on PostgreSQL, run this
+    on several control-plane hosts; tasks are claimed once each, and a dead
+    worker's claims are recovered. On SQLite one process works a batch."""
+    _work_batch(ctx, _engine(ctx), batch_id, parallel, as_json)
+
+
+@batch.command("resume")
+@click.argument("batch_id", metavar="ID")
+@_PARALLEL
+@_BATCH_JSON
+@click.pass_context
+def batch_resume(ctx: click.Context, batch_id: str, parallel: int | None,
+                 as_json: bool) -> None:
+    """Run what is left of a batch: its pending tasks, and those whose worker
+    died (done tasks are never run again)."""
+    _work_batch(ctx, _engine(ctx), batch_id, parallel, as_json)
+
+
+def _work_batch(ctx: click.Context, engine: Engine, batch_id: str, parallel: int | None,
+                as_json: bool) -> None:
+    from saphan.batch.progress import Display, summary
+
+    b = engine.batches.find(batch_id)
+    live = not as_json and sys.stdout.isatty()
+    with Display(engine.ctx, b.id, live=live) as display:
+        worked = engine.batches.work(b.id, parallel=parallel, on_event=display.event)
+    report = engine.batches.report(b.id)
+    if as_json:
+        _emit_json(report)
+    elif not live or worked.signum is None:
+        summary(report)
+    if worked.signum is not None:
+        import signal
+
+        left = len([t for t in report["tasks"] if t["state"] != "done"])
+        click.echo(f"batch {b.id}: stopped by {signal.Signals(worked.signum).name}; {left} "
+                   f"task{'s' if left != 1 else ''} left: saphan batch resume {b.id}", err=True)
+        ctx.exit(128 + worked.signum)
+    if any(t["outcome"] != "exited" for t in report["tasks"]):
+        ctx.exit(EXIT_FAILED)
+
+
+@batch.command("show")
+@click.argument("batch_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON.")
+@click.pass_context
+def batch_show(ctx: click.Context, batch_id: str, as_json: bool) -> None:
+    """A batch's tasks as the store has them: state, machine/slot, outcome, run."""
+    report = _engine(ctx).batches.report(batch_id)
+    if as_json:
+        _emit_json(report)
+        return
+    from saphan.batch.progress import summary
+
+    summary(report)
+
+
+@batch.command("list")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
+@click.pass_context
+def batch_list(ctx: click.Context, limit: int, as_json: bool) -> None:
+    """The newest batches."""
+    found = _engine(ctx).batches.list(limit)
+    if as_json:
+        _emit_json([b._asdict() for b in found])
+        return
+    _table(["batch", "created", "tasks", "source"],
+           [[b.id, b.created_at, b.tasks, b.source] for b in found])
+
+
 # -- worktrees ----------------------------------------------------------------------
 
 @cli.group()

@@ -16,6 +16,7 @@ from saphan.workspace import Workspace
 
 if TYPE_CHECKING:
     from saphan import lanes as lanes_mod
+    from saphan.batch.api import Batches
     from saphan.config import Config
     from saphan.liveness import RemoteCheck
     from saphan.records import RunRecord
@@ -52,6 +53,11 @@ class Engine:
     @property
     def store(self) -> Store:
         return self.ctx.store
+    @property
+    def batches(self) -> Batches:
+        """Batches of tasks cast on the fleet as seats free up (batch/api.py)."""
+        from saphan.batch.api import Batches
+        return Batches(self.ctx)
     def close(self) -> None:
         self.ctx.close()
 
@@ -68,7 +74,6 @@ class Engine:
 
     def machine(self, name: str) -> Machine:
         return self.ctx.machine(name)
-
     def machines(self) -> list[Machine]:
         return self.ctx.machines()
 
@@ -78,7 +83,6 @@ class Engine:
 
     def remove_machine(self, name: str) -> None:
         from saphan.fleet import machines
-
         machines.remove_machine(self.ctx, name)
 
     def verified_fact(self, machine: str, kind: str) -> tuple[dict[str, Any], str] | None:
@@ -195,20 +199,17 @@ class Engine:
             base_ref: str | None = None, keep_worktree: bool = True,
             request: AgentRequest | None = None, view: bool = False,
             wait: float = 0.0, tool: str | None = None,
-            labels: dict[str, str] | None = None, image: str | None = None) -> RunRecord:
-        """Cast, reserve, compose, dispatch, record (run/pipeline.py); the finished
-        record. Raises :class:`Refusal` (recorded) when the run cannot be given
-        its boundary, :class:`UserError` on bad input (nothing written).
-        ``boundary``: None (bubblewrap / Seatbelt) or "landlock"; ``repo``: run in a
-        new linked worktree of it (from ``base_ref``), its commits imported onto
-        ``saphan/<run-id>``; ``request``: an agent slot's task; ``view``: a claude or
-        codex run one line per step (run/view.py); ``wait``: --wait. ``slot`` None:
-        cast on the fleet, a slot of ``tool`` matching ``labels``/``image`` (docs/fleet.md)."""
+            labels: dict[str, str] | None = None, image: str | None = None,
+            run_id: str | None = None) -> RunRecord:
+        """Cast, reserve, compose, dispatch, record (run/pipeline.py): the finished
+        record, or :class:`Refusal` (recorded), or :class:`UserError` (nothing
+        written). The arguments are `saphan run`'s options (``slot`` None: cast
+        on the fleet, docs/fleet.md); ``run_id``: a batch claim's (batch/child.py)."""
         from saphan.run import pipeline
         return pipeline.run(self.ctx, machine, slot, argv, workdir=workdir, stream=stream,
                             boundary=boundary, repo=repo, base_ref=base_ref,
                             keep_worktree=keep_worktree, request=request, view=view, wait=wait,
-                            tool=tool, labels=labels, image=image)
+                            tool=tool, labels=labels, image=image, run_id=run_id)
 
     def measure_base(self, machine: str, slot: str, test: Sequence[str], *, base: str,
                      repo: str | os.PathLike[str] | None = None,
@@ -224,5 +225,4 @@ class Engine:
 
 def _reconcile(ctx: Context) -> None:
     from saphan.run import live
-
     live.reconcile(ctx)

@@ -18,3 +18,8 @@ def new_run_id() -> str:
         out.append(_ALPHABET[value & 31])
         value >>= 5
     return "".join(reversed(out))
+
+
+def is_run_id(text: str) -> bool:
+    """``text`` has a run id's shape (what :func:`new_run_id` makes)."""
+    return len(text) == 26 and text[0] in "01234567" and all(c in _ALPHABET for c in text)

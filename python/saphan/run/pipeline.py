@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from saphan import __version__
 from saphan.errors import Interrupted, UserError
-from saphan.ids import new_run_id
+from saphan.ids import is_run_id, new_run_id
 from saphan.refusals import Refusal
 from saphan.run import record as recorder
 from saphan.run import request as requests
@@ -67,13 +67,15 @@ def run(
     tool: str | None = None,
     labels: Mapping[str, str] | None = None,
     image: str | None = None,
+    run_id: str | None = None,
 ) -> RunRecord:
     """The five steps for every run shape (a local command, a local agent or
     loop, a remote command). See :meth:`saphan.Engine.run` for the arguments;
     ``measure``: the run is a measure-base order's (measure/), its command the
     driver the site composes for it; ``slot`` None: cast it on the fleet
     (run/cast.py) — a slot of ``tool`` (on ``machine``, matching ``labels``
-    and ``image``)."""
+    and ``image``); ``run_id``: the id to give it (a batch's claim is made
+    for it before the run), else a new one."""
     from saphan.config import confinement_mode
     from saphan.liveness import current_holder
 
@@ -81,7 +83,10 @@ def run(
     if not command and request is None:
         raise UserError("nothing to run: give the command after `--`")
     holder = current_holder()
-    run_id = new_run_id()
+    if run_id is None:
+        run_id = new_run_id()
+    elif not is_run_id(run_id):
+        raise UserError(f"{run_id!r} is not a run id (26 characters of Crockford base32)")
     if repo is not None and workdir is not None:
         raise UserError("give --repo or --workdir, not both (--repo makes the working directory)")
     if repo is None and base_ref is not None:

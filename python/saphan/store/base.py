@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from saphan.errors import StoreError
 from saphan.store import queries as q
+from saphan.store.batches import BatchQueue
 from saphan.store.connector import Connector
 from saphan.store.migrations import LATEST, MIGRATIONS
 from saphan.store.rows import Fact, Machine, RunRow, Slot
@@ -48,7 +49,7 @@ RESERVE_FUNCTION = ("saphan_reserve(text, text, text, integer, text, text, integ
                     "text, text, text)")
 
 
-class Store:
+class Store(BatchQueue):
     def __init__(self, connector: Connector):
         self.db = connector
 

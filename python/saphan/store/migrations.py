@@ -186,6 +186,56 @@ MIGRATIONS: list[tuple[int, str, list[Statement]]] = [
             """,
         ],
     ),
+    (
+        8,
+        "batches",
+        [
+            # A batch of tasks (`saphan batch run FILE`) and its queue. A task
+            # is pending, claimed by one worker for one run id, or done. A
+            # claim names its worker, and the child that registered itself for
+            # that run id (batch/child.py): a claim whose worker and child are
+            # both dead goes back to pending (batch/recover.py). earlier_runs:
+            # the run ids of attempts that did not finish the task, in order.
+            """
+            CREATE TABLE batches (
+                id            TEXT PRIMARY KEY,
+                created_at    TEXT NOT NULL,
+                source        TEXT NOT NULL,
+                source_sha256 TEXT NOT NULL,
+                tasks         INTEGER NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE batch_tasks (
+                batch              TEXT NOT NULL REFERENCES batches(id),
+                seq                INTEGER NOT NULL,
+                task_id            TEXT NOT NULL,
+                spec_json          TEXT NOT NULL,
+                state              TEXT NOT NULL
+                                   CHECK (state IN ('pending', 'claimed', 'done')),
+                run_id             TEXT,
+                worker_host        TEXT,
+                worker_pid         INTEGER,
+                worker_start_ticks BIGINT,
+                worker_boot_id     TEXT,
+                child_host         TEXT,
+                child_pid          INTEGER,
+                child_start_ticks  BIGINT,
+                child_boot_id      TEXT,
+                claimed_at         TEXT,
+                finished_at        TEXT,
+                outcome            TEXT,
+                exit_code          INTEGER,
+                error              TEXT,
+                attempts           INTEGER NOT NULL DEFAULT 0,
+                earlier_runs       TEXT NOT NULL DEFAULT '',
+                PRIMARY KEY (batch, seq),
+                UNIQUE (batch, task_id)
+            )
+            """,
+            "CREATE INDEX batch_tasks_state ON batch_tasks (batch, state, seq)",
+        ],
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -147,3 +147,62 @@ ON CONFLICT (machine, slot, key) DO UPDATE SET value = excluded.value"""
 DELETE_LABEL = "DELETE FROM labels WHERE machine = ? AND slot = ? AND key = ? RETURNING key"
 LIST_LABELS = "SELECT machine, slot, key, value FROM labels ORDER BY machine, slot, key"
 DELETE_SLOT_LABELS = "DELETE FROM labels WHERE machine = ? AND slot = ?"
+
+# -- batches (batch/) --------------------------------------------------------------
+INSERT_BATCH = """
+INSERT INTO batches (id, created_at, source, source_sha256, tasks) VALUES (?, ?, ?, ?, ?)"""
+INSERT_BATCH_TASK = """
+INSERT INTO batch_tasks (batch, seq, task_id, spec_json, state) VALUES (?, ?, ?, ?, 'pending')"""
+BATCH_COLUMNS = "id, created_at, source, source_sha256, tasks"
+GET_BATCH = f"SELECT {BATCH_COLUMNS} FROM batches WHERE id = ?"
+FIND_BATCHES_BY_PREFIX = f"""
+SELECT {BATCH_COLUMNS} FROM batches WHERE id LIKE ? ESCAPE '!' ORDER BY id LIMIT 2"""
+LIST_BATCHES = f"SELECT {BATCH_COLUMNS} FROM batches ORDER BY id DESC LIMIT ?"
+# In the order of rows.Task's fields.
+TASK_COLUMNS = (
+    "batch, seq, task_id, spec_json, state, run_id, worker_host, worker_pid, "
+    "worker_start_ticks, worker_boot_id, child_host, child_pid, child_start_ticks, "
+    "child_boot_id, claimed_at, finished_at, outcome, exit_code, error, attempts, earlier_runs"
+)
+BATCH_TASKS = f"SELECT {TASK_COLUMNS} FROM batch_tasks WHERE batch = ? ORDER BY seq"
+BATCH_TASKS_IN = f"""
+SELECT {TASK_COLUMNS} FROM batch_tasks WHERE batch = ? AND state = ? ORDER BY seq"""
+# Claim the first pending task for one run id. The inner SELECT picks the row
+# (on PostgreSQL locking it, skipping rows another worker's claim holds); the
+# outer WHERE repeats state = 'pending', so a row claimed meanwhile is not
+# taken twice. One statement: no count is read, nothing is held between.
+_CLAIM = """
+UPDATE batch_tasks
+SET state = 'claimed', run_id = ?, worker_host = ?, worker_pid = ?, worker_start_ticks = ?,
+    worker_boot_id = ?, child_host = NULL, child_pid = NULL, child_start_ticks = NULL,
+    child_boot_id = NULL, claimed_at = ?, error = NULL, attempts = attempts + 1
+WHERE batch = ? AND state = 'pending' AND seq = (
+    SELECT seq FROM batch_tasks WHERE batch = ? AND state = 'pending' ORDER BY seq LIMIT 1{lock})
+RETURNING {columns}"""
+CLAIM_TASK = _CLAIM.format(lock="", columns=TASK_COLUMNS)
+CLAIM_TASK_PG = _CLAIM.format(lock=" FOR UPDATE SKIP LOCKED", columns=TASK_COLUMNS)
+# The child names itself on its claim, once, and only while the claim is
+# still for its run id (a claim given back meanwhile is not run).
+REGISTER_CHILD = """
+UPDATE batch_tasks
+SET child_host = ?, child_pid = ?, child_start_ticks = ?, child_boot_id = ?
+WHERE batch = ? AND seq = ? AND run_id = ? AND state = 'claimed' AND child_pid IS NULL
+RETURNING seq"""
+# A claim ends for the run id it was made for, and only that one.
+FINISH_TASK = """
+UPDATE batch_tasks
+SET state = 'done', finished_at = ?, outcome = ?, exit_code = ?, error = ?
+WHERE batch = ? AND seq = ? AND run_id = ? AND state = 'claimed'
+RETURNING seq"""
+# Back to pending: only for that run id, and only if no child registered
+# since the caller judged it (the child's pid as read, -1 for none).
+REQUEUE_TASK = """
+UPDATE batch_tasks
+SET state = 'pending', run_id = NULL, worker_host = NULL, worker_pid = NULL,
+    worker_start_ticks = NULL, worker_boot_id = NULL, child_host = NULL, child_pid = NULL,
+    child_start_ticks = NULL, child_boot_id = NULL, claimed_at = NULL, error = ?,
+    earlier_runs = earlier_runs || ?
+WHERE batch = ? AND seq = ? AND run_id = ? AND state = 'claimed'
+  AND COALESCE(child_pid, -1) = ?
+RETURNING seq"""
+GET_TASK = f"SELECT {TASK_COLUMNS} FROM batch_tasks WHERE batch = ? AND seq = ?"

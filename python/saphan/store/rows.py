@@ -133,3 +133,65 @@ class Fact(NamedTuple):
     @classmethod
     def from_row(cls, r: Row) -> Fact:
         return cls(*r)
+
+
+class Batch(NamedTuple):
+    id: str
+    created_at: str
+    #: the batch file as given, and the SHA-256 of its bytes
+    source: str
+    source_sha256: str
+    tasks: int
+
+    @classmethod
+    def from_row(cls, r: Row) -> Batch:
+        return cls(*r)
+
+
+Holder4 = tuple[str, int, int | None, str | None]
+
+
+class Task(NamedTuple):
+    """One task of a batch (migration 8): pending, claimed or done."""
+
+    batch: str
+    seq: int
+    task_id: str
+    spec_json: str
+    state: str
+    run_id: str | None
+    worker_host: str | None
+    worker_pid: int | None
+    worker_start_ticks: int | None
+    worker_boot_id: str | None
+    child_host: str | None
+    child_pid: int | None
+    child_start_ticks: int | None
+    child_boot_id: str | None
+    claimed_at: str | None
+    finished_at: str | None
+    outcome: str | None
+    exit_code: int | None
+    error: str | None
+    attempts: int
+    earlier_runs: str
+
+    @classmethod
+    def from_row(cls, r: Row) -> Task:
+        return cls(*r)
+
+    @property
+    def worker(self) -> Holder4 | None:
+        if self.worker_host is None or self.worker_pid is None:
+            return None
+        return (self.worker_host, self.worker_pid, self.worker_start_ticks, self.worker_boot_id)
+
+    @property
+    def child(self) -> Holder4 | None:
+        if self.child_host is None or self.child_pid is None:
+            return None
+        return (self.child_host, self.child_pid, self.child_start_ticks, self.child_boot_id)
+
+    def spec(self) -> dict[str, Any]:
+        value = json.loads(self.spec_json)
+        return value if isinstance(value, dict) else {}

@@ -1,0 +1,67 @@
+"""One batch task's run, in its own process: ``python -m saphan.batch.child``.
+
+The worker (batch/worker.py) starts it in a session of its own and writes
+one JSON object on its standard input (never on a command line: a prompt
+is not for `ps`): the workspace, the batch, the task's sequence number, the
+run id its claim was made for, the task, and how long to wait for a seat.
+
+The child first names itself on that claim (Store.register_child): if the
+claim is no longer for that run id (given back after its worker was judged
+dead), it runs nothing. Then it is ``saphan run --tool … --wait``: one
+cast through the one pipeline (Engine.run), with the claim's run id. Its
+output is the run's (runs/<id>/); on standard output it writes one JSON
+line only when no run was recorded ({"error": ...}).
+
+Exit status: 0 a run was recorded (whatever its outcome), 3 refused (the
+refusal recorded), 2 a task saphan cannot run (nothing recorded), 75 the
+claim was gone, 128+N a signal ended it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+#: the child's own exit statuses (besides 0, 3 and 128+N)
+EXIT_BAD_TASK, EXIT_CLAIM_GONE = 2, 75
+
+
+def main() -> int:
+    from saphan.batch.spec import run_arguments
+    from saphan.engine import Engine
+    from saphan.errors import Interrupted, TransportError, UserError
+    from saphan.liveness import current_holder
+    from saphan.refusals import EXIT_CODE as REFUSED
+    from saphan.refusals import Refusal
+    from saphan.store import StoreError
+
+    order = json.loads(sys.stdin.buffer.read(16 << 20))
+    engine = Engine(order["home"])
+    try:
+        if not engine.store.register_child(order["batch"], order["seq"], order["run_id"],
+                                           current_holder().as_tuple()):
+            return _say(EXIT_CLAIM_GONE, "the claim is no longer for this run id; nothing run")
+        spec: dict[str, Any] = order["spec"]
+        argv, kwargs = run_arguments(spec)
+        engine.run(spec.get("machine"), None, argv, stream=False, wait=float(order["wait"]),
+                   run_id=order["run_id"], **kwargs)
+        return 0
+    except Refusal:
+        return REFUSED  # recorded on the run's row
+    except Interrupted as e:
+        return 128 + e.signum
+    except (UserError, StoreError, TransportError) as e:
+        return _say(EXIT_BAD_TASK, str(e))
+    finally:
+        engine.close()
+
+
+def _say(code: int, error: str) -> int:
+    sys.stdout.write(json.dumps({"error": error}) + "\n")
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

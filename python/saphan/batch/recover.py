@@ -1,0 +1,98 @@
+"""How a claim ends, judged from the store (the run's row) and from the
+liveness rules seats use (liveness.py).
+
+A claim is watched by its worker while its child runs. A claim nobody
+watches — its worker measured dead, or its worker's child gone — is
+concluded here, by any worker of the batch:
+
+    the run's row is finished      done, with the run's outcome; but a run
+                                   that did not end on its own (holder-dead,
+                                   interrupted) gives the task back to
+                                   pending, up to MAX_ATTEMPTS claims
+    the run's row is live          left: the run's own holder decides, and
+                                   run/live.reconcile ends a dead holder's row
+    no row, the child alive        left: it may still be waiting for a seat
+    no row, no child alive         back to pending: no run was made
+
+Liveness "unknown" (a worker on another host) counts as alive: a claim is
+never taken from a worker that may still run it. Every change is made for
+the claim's run id only (store/batches.py), so two workers concluding one
+claim change it once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from typing import TYPE_CHECKING
+
+from saphan.liveness import Holder, check
+
+if TYPE_CHECKING:
+    from saphan.context import Context
+    from saphan.store.rows import Holder4, Task
+
+#: run outcomes that did not finish the task: it is claimed again
+NOT_FINISHED = frozenset({"holder-dead", "interrupted"})
+#: a task is claimed at most this many times before it ends as it last did
+MAX_ATTEMPTS = 3
+
+
+def dead(holder: Holder4 | None) -> bool:
+    return holder is None or check(Holder(*holder)).state == "dead"
+
+
+def recover(ctx: Context, batch_id: str, me: Holder4,
+            watching: Container[int] = ()) -> list[tuple[Task, str]]:
+    """Conclude every claim of the batch nobody watches (module docstring);
+    ``watching``: the sequence numbers whose children this worker (``me``)
+    is waiting on. Returns each claim changed, and what became of it."""
+    from saphan.run import live
+
+    live.reconcile(ctx)  # a run whose holder died here is ended holder-dead first
+    out: list[tuple[Task, str]] = []
+    for t in ctx.store.batch_tasks(batch_id, "claimed"):
+        if t.worker == me:
+            if t.seq in watching:
+                continue
+        elif not dead(t.worker):
+            continue
+        what = conclude(ctx, t, why=f"its worker {_who(t.worker)} is gone")
+        if what is not None:
+            out.append((t, what))
+    return out
+
+
+def conclude(ctx: Context, t: Task, *, why: str, error: str | None = None,
+             interrupted: bool = False) -> str | None:
+    """End one claim whose child is not being waited on: "done", "requeued",
+    or None (left: its run or its child may still be going, or the claim
+    changed meanwhile). ``error``: what the child said when it ran nothing
+    (the task is done as "error"); ``interrupted``: the operator stopped the
+    batch, so an unfinished run gives the task back whatever its attempts."""
+    store = ctx.store
+    assert t.run_id is not None
+    row = store.get_run(t.run_id)
+    if row is not None:
+        if row.live:
+            return None
+        if row.outcome in NOT_FINISHED and (interrupted or t.attempts < MAX_ATTEMPTS):
+            ok = store.requeue_task(t.batch, t.seq, t.run_id, child_pid=t.child_pid,
+                                    why=f"run {row.id} ended {row.outcome}", attempted=True)
+            return "requeued" if ok else None
+        ok = store.finish_task(t.batch, t.seq, t.run_id, outcome=row.outcome or "error",
+                               exit_code=row.exit_code)
+        return "done" if ok else None
+    if t.child is not None and not dead(t.child):
+        return None
+    if error is not None or (not interrupted and t.attempts >= MAX_ATTEMPTS):
+        text = error or f"no run was made in {t.attempts} claims; the last: {why}"
+        ok = store.finish_task(t.batch, t.seq, t.run_id, outcome="error", exit_code=None,
+                               error=text)
+        return "done" if ok else None
+    ok = store.requeue_task(t.batch, t.seq, t.run_id, child_pid=t.child_pid,
+                            why=f"no run was made: {why}", attempted=False)
+    return "requeued" if ok else None
+
+
+def _who(h: Holder4 | None) -> str:
+    return "(none)" if h is None else f"pid {h[1]} on {h[0]}"

@@ -1,0 +1,255 @@
+"""A batch worker: claims tasks and runs each as a child process, as seats
+free up (``saphan batch run | work | resume``).
+
+    claim      one pending task for a new run id (Store.claim_task: one
+               statement; on PostgreSQL ``FOR UPDATE SKIP LOCKED``)
+    child      ``python -m saphan.batch.child`` in a session of its own, the
+               task on its stdin: a cast of the task's tool that waits for a
+               seat (batch/child.py)
+    seated     the child's run row exists (it took a seat, or was refused);
+               only then is the next task claimed, so at most one child
+               waits for a seat: the running tasks are bounded by the free
+               seats, and by ``parallel``
+    reaped     the child exited: the claim is concluded from the run's row
+               (batch/recover.py): done, or back to pending
+    recover    every second, the claims nobody watches (a dead worker's)
+
+Ctrl-C (SIGINT, SIGTERM, SIGHUP): no task is claimed any more; each child
+is told SIGINT, which ends its run as ``saphan run`` ends one (recorded
+interrupted), and its task goes back to pending; the worker returns once
+every child has ended. A second signal kills what is left (SIGKILL); those
+runs are ended holder-dead by the next command, and recovered by the next
+worker. On SQLite one process works a batch (a lock beside the store).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from saphan.batch.recover import conclude, recover
+from saphan.errors import UserError
+from saphan.ids import new_run_id
+from saphan.liveness import current_holder
+
+if TYPE_CHECKING:
+    from saphan.context import Context
+    from saphan.store.rows import RunRow, Task
+
+#: how long a child waits for a seat before its cast is refused fleet-full
+SEAT_WAIT = 86_400.0
+#: how often the claims nobody watches are concluded
+RECOVER_EVERY = 1.0
+#: what is kept of a child's standard output and error
+OUT_LIMIT, ERR_TAIL = 1 << 20, 4096
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass
+class Event:
+    """What a worker tells its display: ``kind`` is "claimed", "seated",
+    "done", "requeued" or "left" (its run goes on without a child)."""
+
+    kind: str
+    task: Task
+    run: RunRow | None = None
+    note: str = ""
+
+
+@dataclass
+class Worked:
+    """How a worker ended: ``signum`` the signal that stopped it (None: the
+    batch has nothing left), and the tasks it started."""
+
+    batch: str
+    signum: int | None = None
+    started: int = 0
+
+
+@dataclass
+class _Child:
+    task: Task
+    proc: subprocess.Popen[bytes]
+    seated: bool = False
+    out: bytearray = field(default_factory=bytearray)
+    err: bytearray = field(default_factory=bytearray)
+    readers: list[threading.Thread] = field(default_factory=list)
+
+
+class _Stop:
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.count = 0
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        self.signum = self.signum or signum
+        self.count += 1
+
+
+def work(ctx: Context, batch_id: str, *, parallel: int | None = None,
+         wait: float = SEAT_WAIT, on_event: Callable[[Event], None] | None = None,
+         poll: float = 0.1) -> Worked:
+    """Work the batch until nothing is left or a signal stops it (module docstring)."""
+    if parallel is not None and parallel < 1:
+        raise UserError("--parallel must be at least 1")
+    store = ctx.store
+    me = current_holder().as_tuple()
+    emit = on_event or (lambda _e: None)
+    lock = _one_worker(ctx, batch_id) if store.db.dialect == "sqlite" else None
+    stop = _Stop()
+    old = {s: signal.signal(s, stop) for s in _SIGNALS}
+    children: dict[int, _Child] = {}
+    end = Worked(batch_id)
+    told = 0
+    next_recover = 0.0
+    try:
+        while True:
+            for seq, c in list(children.items()):
+                if c.proc.poll() is not None:
+                    del children[seq]
+                    _reaped(ctx, c, stop.signum is not None, emit)
+            if stop.signum is not None:
+                if told < stop.count:
+                    told = stop.count
+                    for c in children.values():
+                        _signal(c, signal.SIGINT if told == 1 else signal.SIGKILL)
+                if not children:
+                    break
+                time.sleep(poll)
+                continue
+            if time.monotonic() >= next_recover:
+                for t, what in recover(ctx, batch_id, me, children):
+                    emit(Event("done" if what == "done" else what, t,
+                               store.get_run(t.run_id) if t.run_id else None,
+                               note="recovered"))
+                next_recover = time.monotonic() + RECOVER_EVERY
+            for c in children.values():
+                if not c.seated and c.task.run_id is not None:
+                    row = store.get_run(c.task.run_id)
+                    if row is not None:
+                        c.seated = True
+                        emit(Event("seated", c.task, row))
+            if (parallel is None or len(children) < parallel) and stop.signum is None \
+                    and all(c.seated for c in children.values()):
+                claimed = store.claim_task(batch_id, new_run_id(), me)
+                if claimed is not None:
+                    children[claimed.seq] = _spawn(ctx, claimed, wait)
+                    end.started += 1
+                    emit(Event("claimed", claimed))
+                    continue
+                if not children and not store.batch_tasks(batch_id, "claimed") \
+                        and not store.batch_tasks(batch_id, "pending"):
+                    break
+            time.sleep(poll)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if lock is not None:
+            os.close(lock)
+    end.signum = stop.signum
+    return end
+
+
+def _spawn(ctx: Context, t: Task, wait: float) -> _Child:
+    order = {"home": str(ctx.workspace.home), "batch": t.batch, "seq": t.seq,
+             "run_id": t.run_id, "spec": t.spec(), "wait": wait}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "saphan.batch.child"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        close_fds=True)
+    c = _Child(t, proc)
+    for stream, into, keep_tail in ((proc.stdout, c.out, False), (proc.stderr, c.err, True)):
+        th = threading.Thread(target=_drain, args=(stream, into, keep_tail), daemon=True)
+        th.start()
+        c.readers.append(th)
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(json.dumps(order).encode())
+        proc.stdin.close()
+    except OSError:
+        pass  # it died first: reaped as any child that ran nothing
+    return c
+
+
+def _drain(stream: Any, into: bytearray, keep_tail: bool) -> None:
+    while chunk := stream.read(65536):
+        into += chunk
+        if keep_tail and len(into) > ERR_TAIL:
+            del into[:-ERR_TAIL]
+        elif not keep_tail and len(into) > OUT_LIMIT:
+            del into[OUT_LIMIT:]
+    stream.close()
+
+
+def _signal(c: _Child, sig: int) -> None:
+    try:
+        if sig == signal.SIGKILL:
+            os.killpg(c.proc.pid, sig)  # its session: the child and what it started
+        else:
+            os.kill(c.proc.pid, sig)  # saphan run tells its run, then records it
+    except ProcessLookupError:
+        pass
+
+
+def _reaped(ctx: Context, c: _Child, stopping: bool, emit: Callable[[Event], None]) -> None:
+    from saphan.batch.child import EXIT_BAD_TASK
+
+    for th in c.readers:
+        th.join(5)
+    t = ctx.store.get_task(c.task.batch, c.task.seq)
+    if t is None or t.state != "claimed" or t.run_id != c.task.run_id:
+        return  # concluded by another worker meanwhile
+    rc = c.proc.returncode
+    error = None
+    if rc == EXIT_BAD_TASK:
+        error = _said(c.out) or _tail(c.err) or "the task could not be run"
+    elif rc not in (0, 3) and rc > 0 and rc < 128 and rc != 75:
+        error = f"its process exited {rc}: {_tail(c.err) or '(nothing on stderr)'}"
+    why = f"its child exited {rc}" if rc >= 0 else f"its child was killed by signal {-rc}"
+    what = conclude(ctx, t, why=why, error=error, interrupted=stopping)
+    row = ctx.store.get_run(t.run_id) if t.run_id else None
+    if what is not None:
+        emit(Event(what, t, row, note=error or ""))
+    elif row is not None and row.live:
+        emit(Event("left", t, row, note="its run goes on without its child"))
+
+
+def _said(out: bytearray) -> str | None:
+    try:
+        value = json.loads(bytes(out).decode("utf-8", "replace").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+    return str(value["error"]) if isinstance(value, dict) and "error" in value else None
+
+
+def _tail(err: bytearray) -> str:
+    text = bytes(err).decode("utf-8", "replace").strip()
+    return text.splitlines()[-1] if text else ""
+
+
+def _one_worker(ctx: Context, batch_id: str) -> int:
+    """SQLite: one process works a batch. A lock file beside the store,
+    held (flock) while the worker runs; never followed through a link."""
+    import fcntl
+
+    d = ctx.workspace.home / "batches"
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    fd = os.open(d / f"{batch_id}.lock",
+                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UserError(f"batch {batch_id} is being worked by another process of this "
+                        "workspace; on SQLite one process works a batch (with PostgreSQL, "
+                        "`saphan batch work` runs on several hosts)") from None
+    return fd
