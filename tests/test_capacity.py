@@ -254,3 +254,26 @@ def _config_url(s: Saphan) -> str:
     import tomllib
 
     return str(tomllib.loads((s.home / "config.toml").read_text())["database"]["url"])
+
+
+def test_the_reservation_or_its_holders_in_one_reading(database_url: str,
+                                                       tmp_path: Path) -> None:
+    """Store.reserve_or_holders (one round trip on PostgreSQL, migration 9):
+    the ordinal taken, or, with every ordinal held, exactly the live rows
+    holding them — and the losing attempt wrote nothing."""
+    store = open_store(database_url, tmp_path / "h.db")
+    try:
+        args = dict(machine="m", slot="s", capacity=2, tool="command", workdir=None,
+                    holder=("h", 1, 2, "b"))
+        assert store.reserve_or_holders(run_id="r1", **args) == (0, [])  # type: ignore[arg-type]
+        assert store.reserve_or_holders(run_id="r2", **args) == (1, [])  # type: ignore[arg-type]
+        got, holders = store.reserve_or_holders(run_id="r3", **args)  # type: ignore[arg-type]
+        assert got is None
+        assert [(r.id, r.session_ordinal, r.holder_pid) for r in holders] == [
+            ("r1", 0, 1), ("r2", 1, 1)]
+        assert store.get_run("r3") is None
+        assert store.finalize("r1", state="ended", outcome="exited")
+        got, holders = store.reserve_or_holders(run_id="r3", **args)  # type: ignore[arg-type]
+        assert (got, holders) == (0, [])
+    finally:
+        store.close()

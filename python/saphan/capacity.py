@@ -1,10 +1,12 @@
 """Reserve one of a slot's ordinals, with bounded conflict handling.
 
 1. try the ordinals 0..N-1 (store.reserve: one INSERT … ON CONFLICT each);
-2. all taken: read the blocking live runs and test each holder's liveness;
+2. all taken: read the blocking live runs (on PostgreSQL in the same round
+   trip: Store.reserve_or_holders) and test each holder's liveness;
 3. finalise each genuinely dead holder individually, by run id;
-4. retry once;
-5. otherwise refuse ``seat-full``, naming both numbers and the holders.
+4. retry once (with the same reading of the holders, in the same trip);
+5. otherwise refuse ``seat-full``, naming both numbers and the holders that
+   retry read.
 
 Nothing here waits unless asked (``wait``, `saphan run --wait`): then step 4
 repeats with backoff, holding nothing between tries.
@@ -47,8 +49,14 @@ def recover_dead_holders(
     the record is written unsigned and reads back flagged "missing".
     Returns the runs still holding, with their liveness ("alive" or "unknown").
     """
+    return _recover(store, store.live_runs(slot.machine, slot.name), remote, record_key)
+
+
+def _recover(store: Store, runs: list[RunRow], remote: RemoteCheck | None,
+             record_key: KeySource | None) -> list[tuple[RunRow, Liveness]]:
+    """:func:`recover_dead_holders` of the live ``runs`` as read."""
     holding: list[tuple[RunRow, Liveness]] = []
-    for run in store.live_runs(slot.machine, slot.name):
+    for run in runs:
         life = holder_liveness(run, remote)
         if life.state == "dead":
             from saphan.run.record import holder_dead
@@ -79,12 +87,12 @@ def reserve_seat(
         run_id=run_id, machine=slot.machine, slot=slot.name, capacity=slot.capacity,
         tool=tool, workdir=workdir, holder=holder.as_tuple(),
     )
-    ordinal = store.reserve(**args)  # type: ignore[arg-type]
+    # One round trip on PostgreSQL: the seat, or the runs holding every ordinal.
+    ordinal, rows = store.reserve_or_holders(**args)  # type: ignore[arg-type]
     if ordinal is not None:
         return ordinal
-    tested = {run.id: life
-              for run, life in recover_dead_holders(store, slot, remote, record_key)}
-    ordinal = store.reserve(**args)  # type: ignore[arg-type]
+    tested = {run.id: life for run, life in _recover(store, rows, remote, record_key)}
+    ordinal, rows = store.reserve_or_holders(**args)  # type: ignore[arg-type]
     if ordinal is not None:
         return ordinal
     waited = ""
@@ -94,12 +102,11 @@ def reserve_seat(
         if ordinal is not None:
             return ordinal
         tested, waited = {}, f"; waited {wait:g} s for a seat"
-    # Read again for the message: what holds the seat now. Holders already
-    # tested a moment ago keep that verdict; only newcomers are tested.
-    holding = [
-        (r, tested[r.id] if r.id in tested else holder_liveness(r, remote))
-        for r in store.live_runs(slot.machine, slot.name)
-    ]
+        rows = store.live_runs(slot.machine, slot.name)
+    # The last reading is what holds the seats now. Holders tested a moment
+    # ago keep that verdict; only newcomers are tested.
+    holding = [(r, tested[r.id] if r.id in tested else holder_liveness(r, remote))
+               for r in rows]
     raise refusals.seat_full(
         seat_full_message(slot, holding) + waited,
         f"wait for a holder to finish (`saphan run --wait[=SECS]` waits for a seat), raise "
@@ -131,10 +138,10 @@ def _wait_for_seat(
         if checkpoint is not None:
             checkpoint()
         delay = min(delay * 2, WAIT_MOST)
-        ordinal = store.reserve(**args)  # type: ignore[arg-type]
+        ordinal, rows = store.reserve_or_holders(**args)  # type: ignore[arg-type]
         if ordinal is None:
-            recover_dead_holders(store, slot, remote, record_key)
-            ordinal = store.reserve(**args)  # type: ignore[arg-type]
+            _recover(store, rows, remote, record_key)
+            ordinal, _ = store.reserve_or_holders(**args)  # type: ignore[arg-type]
         if ordinal is not None:
             return ordinal
     return None

@@ -24,6 +24,12 @@ EXPECTED_COLUMNS = {
              "workdir", "outcome", "exit_code", "refusal_class", "record_json"],
     "machine_facts": ["machine", "kind", "value_json", "measured_at", "signature"],
     "labels": ["machine", "slot", "key", "value"],
+    "batches": ["id", "created_at", "source", "source_sha256", "tasks"],
+    "batch_tasks": ["batch", "seq", "task_id", "spec_json", "state", "run_id", "worker_host",
+                    "worker_pid", "worker_start_ticks", "worker_boot_id", "child_host",
+                    "child_pid", "child_start_ticks", "child_boot_id", "claimed_at",
+                    "finished_at", "outcome", "exit_code", "error", "attempts",
+                    "earlier_runs"],
 }
 
 
@@ -107,11 +113,12 @@ def test_the_reservation_function_exists_on_postgresql_only(database_url: str,
                                                            tmp_path: Path) -> None:
     store = open_store(database_url, tmp_path / "x.db")
     if store.db.dialect == "postgresql":
-        assert store.db.execute(
-            "SELECT count(*) FROM pg_proc WHERE proname = 'saphan_reserve'") == [(1,)]
+        for name in ("saphan_reserve", "saphan_seat"):
+            assert store.db.execute(
+                "SELECT count(*) FROM pg_proc WHERE proname = ?", (name,)) == [(1,)]
     else:
         assert store.db.execute(
-            "SELECT count(*) FROM sqlite_master WHERE sql LIKE '%saphan_reserve%'") == [(0,)]
+            "SELECT count(*) FROM sqlite_master WHERE sql LIKE '%saphan_%'") == [(0,)]
 
 
 def test_the_schema_refuses_what_no_saphan_writes(database_url: str, tmp_path: Path) -> None:
@@ -133,7 +140,7 @@ def test_labels_are_added_to_a_store_at_version_6(database_url: str, tmp_path: P
     assert _columns(old, "labels") == []
     assert old.add_machine(Machine("m", "local", created_at="t"))
     assert old.add_slot(Slot("m", "s", "command", None, "t"))
-    assert old.migrate() == [7]
+    assert old.migrate() == list(range(7, LATEST + 1))
     assert _columns(old, "labels") == EXPECTED_COLUMNS["labels"]
     old.set_label("m", "s", "zone", "eu")
     assert old.labels() == {("m", "s"): {"zone": "eu"}}

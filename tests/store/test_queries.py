@@ -65,6 +65,16 @@ def test_each_statement_compiles_with_the_parameters_it_declares(migrated: Store
             with pytest.raises(StoreError, match="no such function: saphan_reserve"):
                 db.execute(f"EXPLAIN {sql}", (None,) * n)
             return
+        if name == "SEAT_PG":
+            # the reservation with its holders (migration 9) is PostgreSQL's
+            with pytest.raises(StoreError, match="no such table: saphan_seat"):
+                db.execute(f"EXPLAIN {sql}", (None,) * n)
+            return
+        if name == "CLAIM_TASK_PG":
+            # row locks are PostgreSQL's; SQLite serialises every write anyway
+            with pytest.raises(StoreError, match='near "FOR"'):
+                db.execute(f"EXPLAIN {sql}", (None,) * n)
+            return
         db.execute(f"EXPLAIN {sql}", (None,) * n)
         return
     if sql.lstrip().upper().startswith("CREATE"):

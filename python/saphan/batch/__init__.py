@@ -1,1 +1,5 @@
-"""Batches: many tasks cast on the fleet as seats free up (docs/fleet.md)."""
+"""Batches: many tasks cast on the fleet as seats free up (docs/fleet.md#batches)."""
+
+#: a batch child's own exit statuses (batch/child.py), besides 0, 3 and 128+N:
+#: a task saphan cannot run (nothing recorded), and a claim no longer its own
+EXIT_BAD_TASK, EXIT_CLAIM_GONE = 2, 75

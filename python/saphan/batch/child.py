@@ -23,8 +23,9 @@ import json
 import sys
 from typing import Any
 
-#: the child's own exit statuses (besides 0, 3 and 128+N)
-EXIT_BAD_TASK, EXIT_CLAIM_GONE = 2, 75
+from saphan.batch import EXIT_BAD_TASK, EXIT_CLAIM_GONE
+
+__all__ = ["EXIT_BAD_TASK", "EXIT_CLAIM_GONE", "main"]
 
 
 def main() -> int:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from saphan.batch import EXIT_BAD_TASK, EXIT_CLAIM_GONE
 from saphan.batch.recover import conclude, recover
 from saphan.errors import UserError
 from saphan.ids import new_run_id
@@ -201,8 +202,6 @@ def _signal(c: _Child, sig: int) -> None:
 
 
 def _reaped(ctx: Context, c: _Child, stopping: bool, emit: Callable[[Event], None]) -> None:
-    from saphan.batch.child import EXIT_BAD_TASK
-
     for th in c.readers:
         th.join(5)
     t = ctx.store.get_task(c.task.batch, c.task.seq)
@@ -212,7 +211,7 @@ def _reaped(ctx: Context, c: _Child, stopping: bool, emit: Callable[[Event], Non
     error = None
     if rc == EXIT_BAD_TASK:
         error = _said(c.out) or _tail(c.err) or "the task could not be run"
-    elif rc not in (0, 3) and rc > 0 and rc < 128 and rc != 75:
+    elif rc not in (0, 3) and 0 < rc < 128 and rc != EXIT_CLAIM_GONE:
         error = f"its process exited {rc}: {_tail(c.err) or '(nothing on stderr)'}"
     why = f"its child exited {rc}" if rc >= 0 else f"its child was killed by signal {-rc}"
     what = conclude(ctx, t, why=why, error=error, interrupted=stopping)

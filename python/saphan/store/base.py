@@ -47,6 +47,9 @@ RUN_PRIVILEGES: tuple[tuple[str, str], ...] = (
 #: the reservation loop a run calls on PostgreSQL (migration 3)
 RESERVE_FUNCTION = ("saphan_reserve(text, text, text, integer, text, text, integer, bigint, "
                     "text, text, text)")
+#: the reservation with its holders (migration 9), which calls the one above
+SEAT_FUNCTION = ("saphan_seat(text, text, text, integer, text, text, integer, bigint, "
+                 "text, text, text)")
 
 
 class Store(BatchQueue):
@@ -155,7 +158,7 @@ class Store(BatchQueue):
     def missing_grants(self) -> list[str]:
         """PostgreSQL: the GRANT statements that would give this session's
         role what open_store and a run need (CREATE in its schema, the
-        :data:`RUN_PRIVILEGES`, EXECUTE on the reservation function), for
+        :data:`RUN_PRIVILEGES`, EXECUTE on the reservation functions), for
         the tables that exist. Empty on SQLite, or when nothing is missing."""
         if self.db.dialect != "postgresql":
             return []
@@ -172,9 +175,10 @@ class Store(BatchQueue):
                     missing.setdefault(name, []).append(privilege)
         grants += [f"GRANT {', '.join(privileges)} ON {name} TO {role}"
                    for name, privileges in missing.items()]
-        for name, held in self.db.execute(_PG_FUNCTION_PRIVILEGE, (RESERVE_FUNCTION,)):
-            if not held:
-                grants.append(f"GRANT EXECUTE ON FUNCTION {name} TO {role}")
+        for function in (RESERVE_FUNCTION, SEAT_FUNCTION):
+            for name, held in self.db.execute(_PG_FUNCTION_PRIVILEGE, (function,)):
+                if not held:
+                    grants.append(f"GRANT EXECUTE ON FUNCTION {name} TO {role}")
         return grants
 
     # -- machines ------------------------------------------------------------
@@ -320,6 +324,31 @@ class Store(BatchQueue):
             if got:
                 return ordinal
         return None
+
+    def reserve_or_holders(
+        self,
+        *,
+        run_id: str,
+        machine: str,
+        slot: str,
+        capacity: int,
+        tool: str,
+        workdir: str | None,
+        holder: tuple[str, int, int | None, str | None],
+    ) -> tuple[int | None, list[RunRow]]:
+        """:meth:`reserve`; when every ordinal is held, also the live runs
+        holding them (conflict handling's reading), in the same round trip
+        on PostgreSQL (migration 9). (ordinal, []) or (None, holders)."""
+        if self.db.dialect != "postgresql":
+            got = self.reserve(run_id=run_id, machine=machine, slot=slot, capacity=capacity,
+                               tool=tool, workdir=workdir, holder=holder)
+            return (got, []) if got is not None else (None, self.live_runs(machine, slot))
+        host, pid, start_ticks, boot_id = holder
+        rows = [RunRow.from_row(r) for r in self.db.execute(
+            q.SEAT_PG, (run_id, machine, slot, capacity, now_iso(), host, pid, start_ticks,
+                        boot_id, tool, workdir))]
+        mine = next((r for r in rows if r.id == run_id), None)
+        return (mine.session_ordinal, []) if mine is not None else (None, rows)
 
     def insert_refused_run(
         self,

@@ -236,6 +236,42 @@ MIGRATIONS: list[tuple[int, str, list[Statement]]] = [
             "CREATE INDEX batch_tasks_state ON batch_tasks (batch, state, seq)",
         ],
     ),
+    (
+        9,
+        "pg-seat-function",
+        [
+            # The reservation and, when every ordinal is held, the live runs
+            # holding them, in one round trip on PostgreSQL: the same loop as
+            # saphan_reserve (migration 3, the same INSERT per ordinal); then
+            # either this run's new row or the slot's live rows. Conflict
+            # handling reads its holders from here instead of a second query.
+            (
+                "postgresql",
+                """
+                CREATE OR REPLACE FUNCTION saphan_seat(
+                    p_id TEXT, p_machine TEXT, p_slot TEXT, p_capacity INTEGER,
+                    p_started TEXT, p_host TEXT, p_pid INTEGER, p_ticks BIGINT,
+                    p_boot TEXT, p_tool TEXT, p_workdir TEXT
+                ) RETURNS SETOF runs LANGUAGE plpgsql AS $fn$
+                DECLARE
+                    o INTEGER;
+                BEGIN
+                    o := saphan_reserve(p_id, p_machine, p_slot, p_capacity, p_started,
+                                        p_host, p_pid, p_ticks, p_boot, p_tool, p_workdir);
+                    IF o IS NOT NULL THEN
+                        RETURN QUERY SELECT * FROM runs WHERE id = p_id;
+                    ELSE
+                        RETURN QUERY SELECT * FROM runs
+                            WHERE machine = p_machine AND slot = p_slot
+                              AND finished_at IS NULL
+                            ORDER BY session_ordinal;
+                    END IF;
+                END
+                $fn$
+                """,
+            ),
+        ],
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -71,6 +71,9 @@ RETURNING id"""
 
 # PostgreSQL: the same attempts, looped in the server (migration 3).
 RESERVE_ORDINAL_PG = "SELECT saphan_reserve(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# PostgreSQL: the same, returning this run's new row, or else the slot's
+# live rows (migration 9): conflict handling's holders in the same trip.
+SEAT_PG = f"SELECT {RUN_COLUMNS} FROM saphan_seat(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 # A run refused before it could hold an ordinal: born finished, outside the index.
 INSERT_REFUSED_RUN = f"""
@@ -171,7 +174,7 @@ SELECT {TASK_COLUMNS} FROM batch_tasks WHERE batch = ? AND state = ? ORDER BY se
 # (on PostgreSQL locking it, skipping rows another worker's claim holds); the
 # outer WHERE repeats state = 'pending', so a row claimed meanwhile is not
 # taken twice. One statement: no count is read, nothing is held between.
-_CLAIM = """
+_claim = """
 UPDATE batch_tasks
 SET state = 'claimed', run_id = ?, worker_host = ?, worker_pid = ?, worker_start_ticks = ?,
     worker_boot_id = ?, child_host = NULL, child_pid = NULL, child_start_ticks = NULL,
@@ -179,8 +182,8 @@ SET state = 'claimed', run_id = ?, worker_host = ?, worker_pid = ?, worker_start
 WHERE batch = ? AND state = 'pending' AND seq = (
     SELECT seq FROM batch_tasks WHERE batch = ? AND state = 'pending' ORDER BY seq LIMIT 1{lock})
 RETURNING {columns}"""
-CLAIM_TASK = _CLAIM.format(lock="", columns=TASK_COLUMNS)
-CLAIM_TASK_PG = _CLAIM.format(lock=" FOR UPDATE SKIP LOCKED", columns=TASK_COLUMNS)
+CLAIM_TASK = _claim.format(lock="", columns=TASK_COLUMNS)
+CLAIM_TASK_PG = _claim.format(lock=" FOR UPDATE SKIP LOCKED", columns=TASK_COLUMNS)
 # The child names itself on its claim, once, and only while the claim is
 # still for its run id (a claim given back meanwhile is not run).
 REGISTER_CHILD = """
