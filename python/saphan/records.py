@@ -392,3 +392,20 @@ def verify_fact(key: bytes, fact: Fact) -> dict[str, Any]:
         )
     value: dict[str, Any] = json.loads(fact.value_json)
     return value
+
+
+# -- signed batch tasks (batch/) ---------------------------------------------------
+
+def task_signature(key: bytes, batch: str, seq: int, task_id: str, spec_json: str) -> str:
+    """HMAC-SHA256 of one batch task, bound to its batch and its place in it:
+    a worker runs only a task a holder of the record key wrote (write access
+    to the store is not enough to make a worker run a command)."""
+    body = json.dumps({"domain": "saphan batch task v1", "batch": batch, "seq": seq,
+                       "task_id": task_id, "spec": spec_json},
+                      sort_keys=True, separators=(",", ":")).encode()
+    return _mac(key, body)
+
+
+def task_verifies(key: bytes, batch: str, seq: int, task_id: str, spec_json: str,
+                  signature: str) -> bool:
+    return _same(task_signature(key, batch, seq, task_id, spec_json), signature)

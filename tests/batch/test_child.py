@@ -48,7 +48,7 @@ def _claim(engine: Engine, tmp_path: Path, lines: list[dict[str, Any]]) -> Task:
 
 def _child(s: Saphan, t: Task, run_id: str | None = None) -> subprocess.CompletedProcess[str]:
     order = {"home": str(s.home), "batch": t.batch, "seq": t.seq,
-             "run_id": run_id or t.run_id, "spec": t.spec(), "wait": 0}
+             "run_id": run_id or t.run_id, "wait": 0}
     return subprocess.run([sys.executable, "-m", "saphan.batch.child"], input=json.dumps(order),
                           capture_output=True, text=True, env=s.env(), timeout=120)
 
@@ -115,3 +115,19 @@ def test_a_run_id_of_the_wrong_shape_is_refused_before_anything(
     with pytest.raises(Exception, match="is not a run id"):
         engine.run(None, None, ["true"], tool="command", workdir=str(tmp_path),
                    run_id="not-a-run-id", stream=False)
+
+
+def test_a_task_changed_in_the_store_is_not_run(saphan_sqlite: Saphan, engine: Engine,
+                                                tmp_path: Path) -> None:
+    """Write access to the store does not make a worker run a command: a
+    task whose spec was changed after it was signed is never run."""
+    t = _claim(engine, tmp_path, [{"command": ["sh", "-c", "echo made > out"],
+                                   "workdir": str(tmp_path)}])
+    forged = t.spec_json.replace("echo made", "echo forged")
+    engine.store.db.execute("UPDATE batch_tasks SET spec_json = ? WHERE batch = ? AND seq = ?",
+                            (forged, t.batch, t.seq))
+    p = _child(saphan_sqlite, t)
+    assert p.returncode == EXIT_BAD_TASK
+    assert json.loads(p.stdout)["error"].startswith("[record-signature-invalid]")
+    assert not (tmp_path / "out").exists()
+    assert t.run_id is not None and engine.store.get_run(t.run_id) is None

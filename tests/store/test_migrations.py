@@ -25,7 +25,7 @@ EXPECTED_COLUMNS = {
     "machine_facts": ["machine", "kind", "value_json", "measured_at", "signature"],
     "labels": ["machine", "slot", "key", "value"],
     "batches": ["id", "created_at", "source", "source_sha256", "tasks"],
-    "batch_tasks": ["batch", "seq", "task_id", "spec_json", "state", "run_id", "worker_host",
+    "batch_tasks": ["batch", "seq", "task_id", "spec_json", "signature", "state", "run_id", "worker_host",
                     "worker_pid", "worker_start_ticks", "worker_boot_id", "child_host",
                     "child_pid", "child_start_ticks", "child_boot_id", "claimed_at",
                     "finished_at", "outcome", "exit_code", "error", "attempts",

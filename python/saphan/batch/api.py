@@ -30,14 +30,20 @@ class Batches:
     def create(self, path: str) -> Batch:
         from saphan.batch.spec import parse_file
         from saphan.ids import new_run_id
+        from saphan.records import task_signature
         from saphan.store.rows import Batch
         from saphan.timefmt import now_iso
 
         parsed = parse_file(path)
+        key = self.ctx.record_key()  # custody first: tasks are signed with it
         batch = Batch(new_run_id(), now_iso(), os.path.abspath(path), parsed.sha256,
                       len(parsed.tasks))
-        self.ctx.store.add_batch(batch, [(task_id, json.dumps(spec, sort_keys=True, separators=(",", ":")))
-                                         for task_id, spec in parsed.tasks])
+        rows = []
+        for seq, (task_id, spec) in enumerate(parsed.tasks):
+            spec_json = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+            rows.append((task_id, spec_json,
+                         task_signature(key, batch.id, seq, task_id, spec_json)))
+        self.ctx.store.add_batch(batch, rows)
         return batch
 
     def find(self, batch_id: str) -> Batch:

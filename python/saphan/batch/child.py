@@ -1,13 +1,16 @@
 """One batch task's run, in its own process: ``python -m saphan.batch.child``.
 
 The worker (batch/worker.py) starts it in a session of its own and writes
-one JSON object on its standard input (never on a command line: a prompt
-is not for `ps`): the workspace, the batch, the task's sequence number, the
-run id its claim was made for, the task, and how long to wait for a seat.
+one JSON object on its standard input: the workspace, the batch, the
+task's sequence number, the run id its claim was made for, and how long to
+wait for a seat.
 
 The child first names itself on that claim (Store.register_child): if the
 claim is no longer for that run id (given back after its worker was judged
-dead), it runs nothing. Then it is ``saphan run --tool … --wait``: one
+dead), it runs nothing. It reads the task from the store and runs it only
+if its signature verifies with the record key (records.task_signature):
+write access to the store does not make a worker run a command. Then it is
+``saphan run --tool … --wait``: one
 cast through the one pipeline (Engine.run), with the claim's run id. Its
 output is the run's (runs/<id>/); on standard output it writes one JSON
 line only when no run was recorded ({"error": ...}).
@@ -33,6 +36,7 @@ def main() -> int:
     from saphan.engine import Engine
     from saphan.errors import Interrupted, TransportError, UserError
     from saphan.liveness import current_holder
+    from saphan.records import task_verifies
     from saphan.refusals import EXIT_CODE as REFUSED
     from saphan.refusals import Refusal
     from saphan.store import StoreError
@@ -43,7 +47,20 @@ def main() -> int:
         if not engine.store.register_child(order["batch"], order["seq"], order["run_id"],
                                            current_holder().as_tuple()):
             return _say(EXIT_CLAIM_GONE, "the claim is no longer for this run id; nothing run")
-        spec: dict[str, Any] = order["spec"]
+        t = engine.store.get_task(order["batch"], order["seq"])
+        if t is None or t.run_id != order["run_id"]:
+            return _say(EXIT_CLAIM_GONE, "the claim is no longer for this run id; nothing run")
+        try:
+            key = engine.ctx.record_key()
+        except Refusal as r:  # its custody fails: nothing can be verified, nothing is run
+            return _say(EXIT_BAD_TASK, r.render())
+        if not task_verifies(key, t.batch, t.seq, t.task_id, t.spec_json, t.signature):
+            return _say(EXIT_BAD_TASK, (
+                f"[record-signature-invalid] task {t.task_id!r} of batch {t.batch} does not "
+                "verify with this workspace's record key: it was not written by a holder of "
+                "the key (or was changed in the store since); nothing was run. Investigate "
+                "who can write the store"))
+        spec: dict[str, Any] = t.spec()
         argv, kwargs = run_arguments(spec)
         engine.run(spec.get("machine"), None, argv, stream=False, wait=float(order["wait"]),
                    run_id=order["run_id"], **kwargs)

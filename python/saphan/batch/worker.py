@@ -162,7 +162,7 @@ def work(ctx: Context, batch_id: str, *, parallel: int | None = None,
 
 def _spawn(ctx: Context, t: Task, wait: float) -> _Child:
     order = {"home": str(ctx.workspace.home), "batch": t.batch, "seq": t.seq,
-             "run_id": t.run_id, "spec": t.spec(), "wait": wait}
+             "run_id": t.run_id, "wait": wait}
     proc = subprocess.Popen(
         [sys.executable, "-m", "saphan.batch.child"], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,

@@ -22,13 +22,15 @@ if TYPE_CHECKING:
 class BatchQueue:
     db: Connector
 
-    def add_batch(self, batch: Batch, tasks: Sequence[tuple[str, str]]) -> None:
-        """The batch and its tasks ((task id, spec JSON), in order), all or nothing."""
+    def add_batch(self, batch: Batch, tasks: Sequence[tuple[str, str, str]]) -> None:
+        """The batch and its tasks ((task id, spec JSON, signature), in order),
+        all or nothing."""
         with self.db.transaction():
             self.db.execute(q.INSERT_BATCH, (batch.id, batch.created_at, batch.source,
                                              batch.source_sha256, batch.tasks))
-            for seq, (task_id, spec_json) in enumerate(tasks):
-                self.db.execute(q.INSERT_BATCH_TASK, (batch.id, seq, task_id, spec_json))
+            for seq, (task_id, spec_json, signature) in enumerate(tasks):
+                self.db.execute(q.INSERT_BATCH_TASK,
+                                (batch.id, seq, task_id, spec_json, signature))
 
     def get_batch(self, batch_id: str) -> Batch | None:
         got = self.db.execute(q.GET_BATCH, (batch_id,))

@@ -190,8 +190,10 @@ MIGRATIONS: list[tuple[int, str, list[Statement]]] = [
         8,
         "batches",
         [
-            # A batch of tasks (`saphan batch run FILE`) and its queue. A task
-            # is pending, claimed by one worker for one run id, or done. A
+            # A batch of tasks (`saphan batch run FILE`) and its queue. Each
+            # task is signed with the record key, bound to its batch and seq
+            # (records.task_signature): a child runs only a task that verifies.
+            # A task is pending, claimed by one worker for one run id, or done. A
             # claim names its worker, and the child that registered itself for
             # that run id (batch/child.py): a claim whose worker and child are
             # both dead goes back to pending (batch/recover.py). earlier_runs:
@@ -211,6 +213,7 @@ MIGRATIONS: list[tuple[int, str, list[Statement]]] = [
                 seq                INTEGER NOT NULL,
                 task_id            TEXT NOT NULL,
                 spec_json          TEXT NOT NULL,
+                signature          TEXT NOT NULL,
                 state              TEXT NOT NULL
                                    CHECK (state IN ('pending', 'claimed', 'done')),
                 run_id             TEXT,

@@ -155,7 +155,8 @@ DELETE_SLOT_LABELS = "DELETE FROM labels WHERE machine = ? AND slot = ?"
 INSERT_BATCH = """
 INSERT INTO batches (id, created_at, source, source_sha256, tasks) VALUES (?, ?, ?, ?, ?)"""
 INSERT_BATCH_TASK = """
-INSERT INTO batch_tasks (batch, seq, task_id, spec_json, state) VALUES (?, ?, ?, ?, 'pending')"""
+INSERT INTO batch_tasks (batch, seq, task_id, spec_json, signature, state)
+VALUES (?, ?, ?, ?, ?, 'pending')"""
 BATCH_COLUMNS = "id, created_at, source, source_sha256, tasks"
 GET_BATCH = f"SELECT {BATCH_COLUMNS} FROM batches WHERE id = ?"
 FIND_BATCHES_BY_PREFIX = f"""
@@ -163,7 +164,7 @@ SELECT {BATCH_COLUMNS} FROM batches WHERE id LIKE ? ESCAPE '!' ORDER BY id LIMIT
 LIST_BATCHES = f"SELECT {BATCH_COLUMNS} FROM batches ORDER BY id DESC LIMIT ?"
 # In the order of rows.Task's fields.
 TASK_COLUMNS = (
-    "batch, seq, task_id, spec_json, state, run_id, worker_host, worker_pid, "
+    "batch, seq, task_id, spec_json, signature, state, run_id, worker_host, worker_pid, "
     "worker_start_ticks, worker_boot_id, child_host, child_pid, child_start_ticks, "
     "child_boot_id, claimed_at, finished_at, outcome, exit_code, error, attempts, earlier_runs"
 )

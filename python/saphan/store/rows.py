@@ -158,6 +158,8 @@ class Task(NamedTuple):
     seq: int
     task_id: str
     spec_json: str
+    #: records.task_signature of (batch, seq, task_id, spec_json)
+    signature: str
     state: str
     run_id: str | None
     worker_host: str | None
