@@ -136,7 +136,8 @@ def table(views: list[dict[str, Any]], *, title: str | None = None) -> Any:
 
     tab = Table(title=title, title_justify="left", expand=False)
     for name in HEADERS:
-        tab.add_column(name, no_wrap=name != "note")
+        tab.add_column(name, no_wrap=name != "note", min_width=24 if name == "note" else None,
+                       overflow="fold")
     for v in views:
         tab.add_row(*(Text(c) for c in cells(v)))
     return tab
@@ -156,7 +157,7 @@ def summary(report: dict[str, Any], *, terminal: bool | None = None) -> None:
         console.print(Text(head))
         return
     rows = [cells(v) for v in report["tasks"]]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(HEADERS)]
     out = ["  ".join(h.upper().ljust(w) for h, w in zip(HEADERS, widths, strict=True)).rstrip()]
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     sys.stdout.write("\n".join([*out, head]) + "\n")

@@ -62,7 +62,9 @@ def parse(data: bytes, *, where: str = "batch", cwd: str | None = None) -> Parse
     base = cwd if cwd is not None else os.getcwd()
     tasks: list[tuple[str, dict[str, Any]]] = []
     seen: dict[str, int] = {}
-    for n, line in enumerate(text.splitlines(), 1):
+    # "\n" only: str.splitlines would also split at U+2028 and U+0085, which
+    # JSON allows inside a string
+    for n, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         if len(tasks) >= MAX_TASKS:
@@ -85,6 +87,7 @@ def parse(data: bytes, *, where: str = "batch", cwd: str | None = None) -> Parse
 
 def check_task(value: object, n: int, cwd: str, *, where: str = "batch") -> dict[str, Any]:
     """One line's task, normalised (absolute paths, the tool named)."""
+    from saphan.fleet.labels import check_key
     from saphan.fleet.labels import parse as parse_label
     from saphan.tools import AGENT_TOOLS, TOOLS
 
@@ -119,7 +122,7 @@ def check_task(value: object, n: int, cwd: str, *, where: str = "batch") -> dict
             raise UserError(f"{at}: 'labels' must be an object of strings, e.g. "
                             '{"zone": "eu"}')
         try:
-            spec["labels"] = dict(parse_label(f"{k}={v}") for k, v in labels.items())
+            spec["labels"] = dict(parse_label(f"{check_key(k)}={v}") for k, v in labels.items())
         except UserError as e:
             raise UserError(f"{at}: {e}") from None
     tool = value.get("tool", "command")
