@@ -589,6 +589,16 @@ def print_ratios(points: list[Point], worst: list[Worst]) -> list[str]:
                 verdicts.append(f"PostgreSQL p50 saphan/counter at {k} contenders, N={n}: "
                                 f"{s.p50:.3f} / {c.p50:.3f} ms = {r:.2f}x "
                                 f"({'MET' if r <= 1.5 else 'MISSED'}, target <= 1.5x)")
+                # issue 21: the refusal path is hot once casts retry
+                thr = s.cycles_per_s / c.cycles_per_s if c.cycles_per_s else math.inf
+                verdicts.append(f"PostgreSQL admitted cycles/s saphan/counter at {k} contenders, "
+                                f"N={n}: {s.cycles_per_s:.0f} / {c.cycles_per_s:.0f} = {thr:.2f}x "
+                                f"({'MET' if thr >= 0.8 else 'MISSED'}, target >= 0.8x)")
+                if not math.isnan(s.ref_p50) and not math.isnan(c.ref_p50):
+                    ok = s.ref_p50 <= c.ref_p50
+                    verdicts.append(f"PostgreSQL refusal p50 saphan/counter at {k} contenders, "
+                                    f"N={n}: {s.ref_p50:.3f} / {c.ref_p50:.3f} ms "
+                                    f"({'MET' if ok else 'MISSED'}, target <= the counter's)")
         print(f"  {store:<10} " + "; ".join(cells))
 
     print(f"\nCost growth across N: saphan p50 ms at {k} contenders (informational: the "

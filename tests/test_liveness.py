@@ -104,3 +104,43 @@ def test_check_prefers_the_remote_readers_answer() -> None:
     # a reader that does not know the holder leaves it to the local judgement
     assert check(me, remote).state == "alive"
     assert asked == [far, me]
+
+
+def test_a_boot_id_carries_this_machines_id() -> None:
+    from saphan.liveness import boot_id
+
+    here = boot_id()
+    assert here is not None
+    with open("/etc/machine-id") as f:
+        assert here.startswith(f.read().strip() + "/")
+
+
+def test_same_boot_tells_a_reboot_from_another_machine_of_the_same_name() -> None:
+    from saphan.liveness import same_boot
+
+    a, b = "a" * 32, "b" * 32
+    assert same_boot(f"{a}/boot1", f"{a}/boot1") is True
+    assert same_boot(f"{a}/boot0", f"{a}/boot1") is False  # rebooted
+    assert same_boot(f"{b}/boot1", f"{a}/boot1") is None  # another machine
+    assert same_boot(f"{b}/boot0", f"{a}/boot1") is None
+    # an id recorded by an older saphan (no machine id) compares by boot
+    assert same_boot("boot1", f"{a}/boot1") is True
+    assert same_boot("boot0", f"{a}/boot1") is False
+
+
+def test_a_holder_of_another_machine_with_this_name_is_unknown_not_dead() -> None:
+    """Two control planes sharing a host name (cloned VMs) must not end
+    each other's runs as holder-dead: the other's holder is unknown, which
+    conflict handling counts as alive."""
+    from saphan.liveness import Holder, boot_id, check, current_holder
+
+    me = current_holder()
+    here = boot_id()
+    assert here is not None
+    other = "f" * 32 if not here.startswith("f" * 32) else "e" * 32
+    twin = Holder(me.host, me.pid, me.start_ticks, f"{other}/{here.rpartition('/')[2]}")
+    got = check(twin)
+    assert got.state == "unknown", got
+    assert "another machine named" in got.evidence
+    rebooted = Holder(me.host, me.pid, me.start_ticks, f"{here.rpartition('/')[0]}/old-boot")
+    assert check(rebooted).state == "dead"

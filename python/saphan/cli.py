@@ -1375,9 +1375,11 @@ def batch_run(ctx: click.Context, path: str, parallel: int | None, as_json: bool
     task exited 0; 1 some did not; 128+N stopped by a signal (resume it).
     """
     engine = _engine(ctx)
+    from saphan.confine.protected import printable
+
     b = engine.batches.create(path)
-    click.echo(f"batch {b.id}: {b.tasks} task{'s' if b.tasks != 1 else ''} from {b.source}",
-               err=True)
+    click.echo(printable(f"batch {b.id}: {b.tasks} task{'s' if b.tasks != 1 else ''} from "
+                         f"{b.source}"), err=True)
     _work_batch(ctx, engine, b.id, parallel, as_json)
 
 
@@ -1425,7 +1427,7 @@ def _work_batch(ctx: click.Context, engine: Engine, batch_id: str, parallel: int
         click.echo(f"batch {b.id}: stopped by {signal.Signals(worked.signum).name}; {left} "
                    f"task{'s' if left != 1 else ''} left: saphan batch resume {b.id}", err=True)
         ctx.exit(128 + worked.signum)
-    if any(t["outcome"] != "exited" for t in report["tasks"]):
+    if not report["all_exited"]:  # a task not exited 0, or whose record does not verify
         ctx.exit(EXIT_FAILED)
 
 
@@ -1454,8 +1456,10 @@ def batch_list(ctx: click.Context, limit: int, as_json: bool) -> None:
     if as_json:
         _emit_json([b._asdict() for b in found])
         return
+    from saphan.confine.protected import printable
+
     _table(["batch", "created", "tasks", "source"],
-           [[b.id, b.created_at, b.tasks, b.source] for b in found])
+           [[b.id, printable(b.created_at), b.tasks, printable(b.source)] for b in found])
 
 
 # -- worktrees ----------------------------------------------------------------------

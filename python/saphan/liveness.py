@@ -2,7 +2,9 @@
 
 A holder is identified by (host, pid, process start time, boot id), so a pid
 that was reused by a new process is not mistaken for the holder, and a holder
-from before a reboot is known dead. When liveness cannot be determined (a
+from before a reboot is known dead. A local boot id carries the machine id
+(``MACHINE/BOOT``): a holder on another machine with the same host name is
+"unknown", not "rebooted". When liveness cannot be determined (a
 holder on another host) the answer is "unknown", which callers treat as alive:
 refuse rather than double-book.
 
@@ -39,17 +41,40 @@ class Liveness(NamedTuple):
 
 
 _boot_id: list[str | None] = []
+_MACHINE_ID_PATH = "/etc/machine-id"
 
 
 def boot_id() -> str | None:
-    """This host's boot id (read once per process: it cannot change under us)."""
+    """This host's boot id (read once per process: it cannot change under
+    us), qualified by its machine id when it has one: ``MACHINE/BOOT``. Two
+    control planes sharing a host name are then told apart (one's holder is
+    "unknown" to the other, never "dead: rebooted")."""
     if not _boot_id:
         try:
             with open(_BOOT_ID_PATH) as f:
-                _boot_id.append(f.read().strip())
+                boot = f.read().strip()
         except OSError:
             _boot_id.append(None)
+            return None
+        try:
+            with open(_MACHINE_ID_PATH) as f:
+                machine = f.read().strip()
+        except OSError:
+            machine = ""
+        ok = len(machine) == 32 and all(c in "0123456789abcdef" for c in machine)
+        _boot_id.append(f"{machine}/{boot}" if ok else boot)
     return _boot_id[0]
+
+
+def same_boot(recorded: str, here: str) -> bool | None:
+    """Whether a recorded boot id is this boot: True, False (a reboot), or
+    None (another machine of the same name: its machine id differs). An id
+    recorded without its machine id (an older saphan's) compares by boot."""
+    r_machine, _, r_boot = recorded.rpartition("/")
+    h_machine, _, h_boot = here.rpartition("/")
+    if r_machine and h_machine and r_machine != h_machine:
+        return None
+    return r_boot == h_boot
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -106,7 +131,12 @@ def judge(
     and the pid's start time and state (None when the pid does not exist)."""
     if holder.boot_id is None or here_boot is None or holder.start_ticks is None:
         return Liveness("unknown", "the holder's boot id or start time was not recorded")
-    if holder.boot_id != here_boot:
+    same = same_boot(holder.boot_id, here_boot)
+    if same is None:
+        return Liveness("unknown", f"the holder ran on another machine named {where} (machine "
+                        f"id {holder.boot_id.rpartition('/')[0]}, here "
+                        f"{here_boot.rpartition('/')[0]}); its liveness is not readable here")
+    if not same:
         return Liveness("dead", f"host rebooted since (boot id {holder.boot_id} -> {here_boot})")
     if ticks is None:
         return Liveness("dead", f"pid {holder.pid} does not exist on {where}")

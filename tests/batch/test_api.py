@@ -23,7 +23,7 @@ from saphan.timefmt import now_iso
 ME = current_holder().as_tuple()
 VIEW_KEYS = {"id", "seq", "state", "tool", "what", "run_id", "machine", "slot", "outcome",
              "exit_code", "refusal_class", "error", "attempts", "earlier_runs", "worker",
-             "started_at", "finished_at", "elapsed_seconds", "usage"}
+             "started_at", "finished_at", "elapsed_seconds", "usage", "signature"}
 
 
 def _file(path: Path, *tasks: object) -> Path:
@@ -173,7 +173,11 @@ def test_task_view_with_a_finished_run(engine_ctx: Any, tmp_path: Path) -> None:
     assert v["refusal_class"] == "fleet-full"
     assert v["started_at"] == row.started_at
     assert v["elapsed_seconds"] == 2.5
-    assert v["usage"] == {"tokens": {"input": 100, "output": 20}, "cost_usd": 0.25}
+    # an unsigned record is not believed: no usage from it, and it is flagged
+    assert v["usage"] is None and v["signature"] == "unverified"
+    keyed = task_view(engine_ctx, t, key=engine_ctx.record_key())
+    assert keyed["usage"] is None and keyed["signature"] == "missing"
+    assert keyed["outcome"] == "refused"  # the task's own column, flagged
     assert v["what"] == "echo 0" and v["tool"] == "command"
     # the row given is used instead of the store's
     other = row._replace(machine="m2", slot="s2", finished_at=None)

@@ -49,8 +49,18 @@ def _claim(engine: Engine, tmp_path: Path, lines: list[dict[str, Any]]) -> Task:
 def _child(s: Saphan, t: Task, run_id: str | None = None) -> subprocess.CompletedProcess[str]:
     order = {"home": str(s.home), "batch": t.batch, "seq": t.seq,
              "run_id": run_id or t.run_id, "wait": 0}
-    return subprocess.run([sys.executable, "-m", "saphan.batch.child"], input=json.dumps(order),
-                          capture_output=True, text=True, env=s.env(), timeout=120)
+    # as the worker does: one line, and the pipe kept open (the child's lifeline)
+    p = subprocess.Popen([sys.executable, "-m", "saphan.batch.child"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=s.env())
+    assert p.stdin is not None and p.stdout is not None and p.stderr is not None
+    p.stdin.write(json.dumps(order) + "\n")
+    p.stdin.flush()
+    try:
+        p.wait(timeout=120)
+    finally:
+        p.stdin.close()
+    out, err = p.stdout.read(), p.stderr.read()
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 def test_the_child_runs_its_task_with_the_claims_run_id(saphan_sqlite: Saphan, engine: Engine,
@@ -131,3 +141,33 @@ def test_a_task_changed_in_the_store_is_not_run(saphan_sqlite: Saphan, engine: E
     assert json.loads(p.stdout)["error"].startswith("[record-signature-invalid]")
     assert not (tmp_path / "out").exists()
     assert t.run_id is not None and engine.store.get_run(t.run_id) is None
+
+
+def test_a_child_whose_worker_is_gone_ends_its_run_recorded(saphan_sqlite: Saphan,
+                                                           engine: Engine,
+                                                           tmp_path: Path) -> None:
+    """The lifeline: the worker's end of the child's stdin closing (the
+    worker died) ends the child's run, recorded interrupted — never a task
+    going on unobserved."""
+    import time
+
+    t = _claim(engine, tmp_path, [{"command": ["sh", "-c", "sleep 30; echo late > out"],
+                                   "workdir": str(tmp_path)}])
+    order = {"home": str(saphan_sqlite.home), "batch": t.batch, "seq": t.seq,
+             "run_id": t.run_id, "wait": 0}
+    p = subprocess.Popen([sys.executable, "-m", "saphan.batch.child"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=saphan_sqlite.env())
+    assert p.stdin is not None and t.run_id is not None
+    p.stdin.write(json.dumps(order) + "\n")
+    p.stdin.flush()
+    deadline = time.monotonic() + 60
+    while (row := engine.store.get_run(t.run_id)) is None or row.state != "running":
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(0.05)
+    p.stdin.close()  # the worker is gone
+    p.wait(timeout=60)
+    assert p.returncode == 128 + 15
+    row = engine.store.get_run(t.run_id)
+    assert row is not None and not row.live and row.outcome == "interrupted"
+    assert not (tmp_path / "out").exists()

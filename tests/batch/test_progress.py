@@ -222,8 +222,9 @@ def test_display_lines(engine_ctx: Any, capsys: pytest.CaptureFixture[str]) -> N
         d.event(Event("requeued", t1, note="\x1b[1mwhy"))
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "task t0: claimed (run R1)"
-    assert re.fullmatch(r"task t0: exited \(exit 1\) on m/s in \d+\.\d s, 4 tokens, "
-                        r"\$0\.5000 \(run R1\)", err[1]), err[1]
+    # the record is not signed: its usage is not believed, and the line says so
+    assert re.fullmatch(r"task t0: exited \(exit 1\) on m/s in \d+\.\d s \(run R1\); its "
+                        r"record is !missing \(not believed\)", err[1]), err[1]
     assert err[2] == "task t1: back to pending (run R2): \\x1b[1mwhy"
     assert len(err) == 3
     assert d.recent == [0, 1]

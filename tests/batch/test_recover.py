@@ -191,6 +191,20 @@ def test_no_row_and_a_live_child_is_left(engine_ctx: Any) -> None:
     assert _task(store, 0, "FAR") == far
 
 
+def test_a_live_child_is_judged_before_its_row_is_read(engine_ctx: Any) -> None:
+    """A run that ends after its row was read must not be run again: while
+    the child lives, the claim is left, whatever the row says; once the
+    child is dead the row is read, and final."""
+    store = engine_ctx.store
+    _batch(store, 1)
+    _claim(store, "RUN", _dead())
+    assert store.register_child(BATCH, 0, "RUN", _alive())
+    _run(store, "RUN", outcome="holder-dead")  # would requeue if read first
+    t = _task(store)
+    assert conclude(engine_ctx, t, why="w") is None
+    assert _task(store) == t
+
+
 def test_no_row_and_a_dead_child_is_requeued(engine_ctx: Any) -> None:
     store = engine_ctx.store
     _batch(store, 1)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from saphan.batch import spec
-from saphan.batch.spec import describe, parse, parse_file, run_arguments
+from saphan.batch.spec import check_files, describe, parse, parse_file, run_arguments
 from saphan.errors import UserError
 from saphan.tools.instruction import Request
 
@@ -60,19 +60,51 @@ def test_crlf_lines() -> None:
     assert [tid for tid, _ in got.tasks] == ["line-1", "line-2"]
 
 
-def test_relative_paths_made_absolute_against_cwd() -> None:
+def test_relative_paths_made_absolute_against_cwd(tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "pc.json").write_text("{}")
+    (tmp_path / "egress.json").write_text('{"v": 1}')
     data = _jsonl({"command": ["x"], "workdir": "rel/dir"},
                   {"tool": "codex", "prompt": "p", "repo": "r", "permission_class": "pc.json",
-                   "egress_policy": "/abs/egress.json"},
+                   "egress_policy": str(tmp_path / "egress.json")},
                   {"command": ["y"], "workdir": "/abs/wd", "machine": "m1", "image": "img"})
-    (_, a), (_, b), (_, c) = parse(data, cwd="/base/here").tasks
-    assert a["workdir"] == "/base/here/rel/dir"
-    assert b["repo"] == "/base/here/r"
-    assert b["permission_class"] == "/base/here/pc.json"
-    assert b["egress_policy"] == "/abs/egress.json"
+    (_, a), (_, b), (_, c) = parse(data, cwd=str(base)).tasks
+    assert a["workdir"] == f"{base}/rel/dir"
+    assert b["repo"] == f"{base}/r"
+    assert b["permission_class"] == f"{base}/pc.json"
+    assert b["egress_policy"] == str(tmp_path / "egress.json")
+    # the policy files' contents are pinned in the signed task
+    assert b["permission_class_sha256"] == hashlib.sha256(b"{}").hexdigest()
+    assert b["egress_policy_sha256"] == hashlib.sha256(b'{"v": 1}').hexdigest()
     assert c["workdir"] == "/abs/wd"
     # names that are not paths are kept as given
     assert c["machine"] == "m1" and c["image"] == "img"
+
+
+def test_a_task_without_a_directory_gets_the_current_one_pinned() -> None:
+    """Never the directory a worker or a resume happens to start in."""
+    (_, s), = parse(_jsonl({"command": ["x"]}), cwd="/where/it/was/made").tasks
+    assert s["workdir"] == "/where/it/was/made"
+    (_, r), = parse(_jsonl({"command": ["x"], "repo": "/r"}), cwd="/w").tasks
+    assert "workdir" not in r
+
+
+def test_a_policy_file_is_pinned_and_checked_before_the_task_runs(tmp_path: Path) -> None:
+    pc = tmp_path / "pc.json"
+    pc.write_text("{}")
+    (_, s), = parse(_jsonl({"command": ["x"], "permission_class": str(pc)}),
+                    cwd=str(tmp_path)).tasks
+    check_files(s)  # unchanged: fine
+    pc.write_text('{"schema": 4}')
+    with pytest.raises(UserError, match="changed since the batch was made"):
+        check_files(s)
+    pc.unlink()
+    pc.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UserError, match="not a link"):
+        check_files(s)
+    with pytest.raises(UserError, match="batch:1: 'permission_class'"):
+        parse(_jsonl({"command": ["x"], "permission_class": str(tmp_path / "none.json")}))
 
 
 def test_parse_uses_the_current_directory_by_default(tmp_path: Path,
@@ -281,29 +313,32 @@ def test_run_arguments_command() -> None:
     assert "request" not in kwargs
 
 
-def test_run_arguments_command_with_permission_class() -> None:
+def test_run_arguments_command_with_permission_class(tmp_path: Path) -> None:
+    (tmp_path / "p.json").write_text("{}")
     (_, s), = parse(_jsonl({"command": ["x"], "repo": "/r", "base": "dev",
-                            "permission_class": "/p.json", "labels": {}}), cwd="/").tasks
+                            "permission_class": "p.json", "labels": {}}),
+                    cwd=str(tmp_path)).tasks
     argv, kwargs = run_arguments(s)
     assert argv == ["x"]
     assert kwargs["repo"] == "/r" and kwargs["base_ref"] == "dev"
     assert kwargs["labels"] is None  # no labels: none asked for
-    assert kwargs["request"] == Request(permission_class="/p.json")
+    assert kwargs["request"] == Request(permission_class=str(tmp_path / "p.json"))
 
 
-def test_run_arguments_claude() -> None:
+def test_run_arguments_claude(tmp_path: Path) -> None:
+    (tmp_path / "e.json").write_text("{}")
     (_, s), = parse(_jsonl({"tool": "claude", "prompt": "fix it", "model": "m", "lane": "l",
                             "max_turns": 4, "max_seconds": 60, "egress_policy": "e.json",
-                            "repo": "r"}), cwd="/c").tasks
+                            "repo": "r"}), cwd=str(tmp_path)).tasks
     argv, kwargs = run_arguments(s)
     assert argv == []
     req = kwargs.pop("request")
     assert isinstance(req, Request)
     assert (req.prompt, req.model, req.lane, req.max_turns, req.max_seconds,
             req.permission_class, req.egress_policy, req.prompt_file, req.resume) == (
-        "fix it", "m", "l", 4, 60, None, "/c/e.json", None, None)
+        "fix it", "m", "l", 4, 60, None, str(tmp_path / "e.json"), None, None)
     assert kwargs == {"tool": "claude", "labels": None, "image": None, "workdir": None,
-                      "repo": "/c/r", "base_ref": None}
+                      "repo": str(tmp_path / "r"), "base_ref": None}
 
 
 # -- describe -------------------------------------------------------------------------

@@ -126,6 +126,8 @@ def test_forty_tasks_on_six_seats_run_each_exactly_once(saphan_sqlite: Saphan,
     assert len({t["run_id"] for t in tasks}) == 40
     assert {t["slot"] for t in tasks} <= {"a", "b", "c"}
     assert all(t["attempts"] == 1 and t["earlier_runs"] == [] for t in tasks)
+    # every outcome shown is read from a record that verifies with the key
+    assert {t["signature"] for t in tasks} == {"valid"} and report["all_exited"]
     # exactly once: every task marked done once, none twice
     assert _marks(wd, "done") == [f"t{i:02d}" for i in range(40)]
     assert _marks(wd, "dup") == []

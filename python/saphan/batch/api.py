@@ -74,9 +74,11 @@ class Batches:
 
     def report(self, batch_id: str) -> dict[str, Any]:
         """The batch and every task, as the store has them, with each
-        task's run: where it ran, its outcome, its time and its usage."""
+        task's run: where it ran, its outcome (from its record, verified
+        with the record key: ``signature``), its time and its usage."""
         b = self.find(batch_id)
-        tasks = [task_view(self.ctx, t) for t in self.ctx.store.batch_tasks(b.id)]
+        key = record_key_or_none(self.ctx)
+        tasks = [task_view(self.ctx, t, key=key) for t in self.ctx.store.batch_tasks(b.id)]
         states: dict[str, int] = {}
         outcomes: dict[str, int] = {}
         for t in tasks:
@@ -85,11 +87,27 @@ class Batches:
                 outcomes[t["outcome"]] = outcomes.get(t["outcome"], 0) + 1
         return {"batch": b.id, "created_at": b.created_at, "source": b.source,
                 "source_sha256": b.source_sha256, "tasks": tasks, "states": states,
-                "outcomes": outcomes}
+                "outcomes": outcomes,
+                "all_exited": bool(tasks) and all(
+                    t["outcome"] == "exited" and t["signature"] == "valid" for t in tasks)}
 
 
-def task_view(ctx: Context, t: Task, row: RunRow | None = None) -> dict[str, Any]:
-    """One task for a listing or ``--json``: its claim and its run's row."""
+def record_key_or_none(ctx: Context) -> bytes | None:
+    """The record key, or None when its custody fails (nothing then verifies)."""
+    from saphan.refusals import Refusal
+
+    try:
+        return ctx.record_key()
+    except (Refusal, UserError):
+        return None
+
+
+def task_view(ctx: Context, t: Task, row: RunRow | None = None, *,
+              key: bytes | None = None) -> dict[str, Any]:
+    """One task for a listing or ``--json``: its claim and its run's row. A
+    finished run's outcome, exit code and usage are read from its record
+    when it verifies with ``key`` (``signature`` "valid"); otherwise the
+    task's own (unsigned) columns are shown and ``signature`` says why not."""
     from saphan.batch.spec import describe
 
     if row is None and t.run_id is not None:
@@ -104,16 +122,33 @@ def task_view(ctx: Context, t: Task, row: RunRow | None = None) -> dict[str, Any
         "worker": (None if t.worker is None or t.state != "claimed"
                    else {"host": t.worker[0], "pid": t.worker[1]}),
         "started_at": None, "finished_at": t.finished_at, "elapsed_seconds": None,
-        "usage": None,
+        "usage": None, "signature": None,
     }
-    if row is not None:
-        view["machine"], view["slot"] = row.machine, row.slot
-        view["started_at"] = row.started_at
-        view["refusal_class"] = row.refusal_class
-        view["elapsed_seconds"] = elapsed(row.started_at, row.finished_at)
-        usage = row.record().get("usage") if row.finished_at else None
-        if isinstance(usage, dict):
-            view["usage"] = {"tokens": usage.get("tokens"), "cost_usd": usage.get("cost_usd")}
+    if row is None:
+        return view
+    view["machine"], view["slot"] = row.machine, row.slot
+    view["started_at"] = row.started_at
+    view["refusal_class"] = row.refusal_class
+    view["elapsed_seconds"] = elapsed(row.started_at, row.finished_at)
+    if row.live:
+        view["signature"] = "pending"
+        return view
+    if key is None:
+        view["signature"] = "unverified"
+        return view
+    from saphan.records import verify_run_row
+
+    record, sig = verify_run_row(key, row)
+    view["signature"] = sig.get("status")
+    if sig.get("status") != "valid":
+        return view
+    if t.state == "done":
+        view["outcome"], view["exit_code"] = record.get("outcome"), record.get("exit_code")
+        refusal = record.get("refusal")
+        view["refusal_class"] = refusal.get("class") if isinstance(refusal, dict) else None
+    usage = record.get("usage")
+    if isinstance(usage, dict):
+        view["usage"] = {"tokens": usage.get("tokens"), "cost_usd": usage.get("cost_usd")}
     return view
 
 

@@ -1,9 +1,10 @@
 """One batch task's run, in its own process: ``python -m saphan.batch.child``.
 
 The worker (batch/worker.py) starts it in a session of its own and writes
-one JSON object on its standard input: the workspace, the batch, the
-task's sequence number, the run id its claim was made for, and how long to
-wait for a seat.
+one JSON line on its standard input: the workspace, the batch, the task's
+sequence number, the run id its claim was made for, and how long to wait
+for a seat. The worker keeps that pipe open while it lives: its end tells
+the child its worker died, and the child ends (SIGTERM to itself).
 
 The child first names itself on that claim (Store.register_child): if the
 claim is no longer for that run id (given back after its worker was judged
@@ -16,8 +17,9 @@ output is the run's (runs/<id>/); on standard output it writes one JSON
 line only when no run was recorded ({"error": ...}).
 
 Exit status: 0 a run was recorded (whatever its outcome), 3 refused (the
-refusal recorded), 2 a task saphan cannot run (nothing recorded), 75 the
-claim was gone, 128+N a signal ended it.
+refusal recorded), 2 a task saphan cannot run (nothing recorded), 69 the
+store or a transport failed first (claimed again), 75 the claim was gone,
+128+N a signal ended it.
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ import json
 import sys
 from typing import Any
 
-from saphan.batch import EXIT_BAD_TASK, EXIT_CLAIM_GONE
+from saphan.batch import EXIT_BAD_TASK, EXIT_CLAIM_GONE, EXIT_RETRY
 
-__all__ = ["EXIT_BAD_TASK", "EXIT_CLAIM_GONE", "main"]
+__all__ = ["EXIT_BAD_TASK", "EXIT_CLAIM_GONE", "EXIT_RETRY", "main"]
 
 
 def main() -> int:
-    from saphan.batch.spec import run_arguments
+    from saphan.batch.spec import check_files, run_arguments
     from saphan.engine import Engine
     from saphan.errors import Interrupted, TransportError, UserError
     from saphan.liveness import current_holder
@@ -41,13 +43,16 @@ def main() -> int:
     from saphan.refusals import Refusal
     from saphan.store import StoreError
 
-    order = json.loads(sys.stdin.buffer.read(16 << 20))
-    engine = Engine(order["home"])
+    order = json.loads(sys.stdin.buffer.readline(1 << 20))
+    _lifeline()
+    engine: Engine | None = None
     try:
-        if not engine.store.register_child(order["batch"], order["seq"], order["run_id"],
-                                           current_holder().as_tuple()):
+        engine = Engine(order["home"])
+        store = engine.store
+        if not store.register_child(order["batch"], order["seq"], order["run_id"],
+                                    current_holder().as_tuple()):
             return _say(EXIT_CLAIM_GONE, "the claim is no longer for this run id; nothing run")
-        t = engine.store.get_task(order["batch"], order["seq"])
+        t = store.get_task(order["batch"], order["seq"])
         if t is None or t.run_id != order["run_id"]:
             return _say(EXIT_CLAIM_GONE, "the claim is no longer for this run id; nothing run")
         try:
@@ -61,6 +66,7 @@ def main() -> int:
                 "the key (or was changed in the store since); nothing was run. Investigate "
                 "who can write the store"))
         spec: dict[str, Any] = t.spec()
+        check_files(spec)
         argv, kwargs = run_arguments(spec)
         engine.run(spec.get("machine"), None, argv, stream=False, wait=float(order["wait"]),
                    run_id=order["run_id"], **kwargs)
@@ -69,10 +75,30 @@ def main() -> int:
         return REFUSED  # recorded on the run's row
     except Interrupted as e:
         return 128 + e.signum
-    except (UserError, StoreError, TransportError) as e:
+    except (StoreError, TransportError) as e:  # a passing fault: the worker claims it again
+        return _say(EXIT_RETRY, str(e))
+    except UserError as e:
         return _say(EXIT_BAD_TASK, str(e))
     finally:
-        engine.close()
+        if engine is not None:
+            engine.close()
+
+
+def _lifeline() -> None:
+    """The worker keeps this child's stdin open while it lives: end of file
+    means it died, and the child ends as Ctrl-C would end it (SIGTERM: a run
+    is told and recorded interrupted; a wait for a seat stops, nothing
+    held). A task never goes on unobserved in a batch its operator stopped."""
+    import os
+    import signal
+    import threading
+
+    def watch() -> None:
+        while os.read(0, 4096):
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _say(code: int, error: str) -> int:

@@ -8,6 +8,7 @@ markup (rich ``Text``, not markup strings).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -29,11 +30,12 @@ class Display:
     stdout) or writes a line per event on stderr."""
 
     def __init__(self, ctx: Context, batch_id: str, *, live: bool):
-        from saphan.batch.api import task_view
+        from saphan.batch.api import record_key_or_none, task_view
 
         self.ctx, self.batch_id, self.live = ctx, batch_id, live
+        self.key = record_key_or_none(ctx)
         self.rows: dict[int, dict[str, Any]] = {
-            t.seq: task_view(ctx, t) for t in ctx.store.batch_tasks(batch_id)}
+            t.seq: task_view(ctx, t, key=self.key) for t in ctx.store.batch_tasks(batch_id)}
         self.recent: list[int] = []
         self._live: Any = None
 
@@ -49,23 +51,25 @@ class Display:
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
                  tb: TracebackType | None) -> None:
         if self._live is not None:
-            self._live.refresh()
-            self._live.stop()
+            with contextlib.suppress(OSError):  # the terminal is gone (SIGHUP)
+                self._live.refresh()
+                self._live.stop()
 
     def event(self, e: Event) -> None:
         from saphan.batch.api import task_view
 
         t = self.ctx.store.get_task(e.task.batch, e.task.seq) or e.task
         row = e.run if e.run is None or e.run.id == t.run_id else None
-        view = task_view(self.ctx, t, row)
+        view = task_view(self.ctx, t, row, key=self.key)
         if view["run_id"] is None and e.task.run_id is not None:
             view["last_run"] = e.task.run_id
         self.rows[t.seq] = view
         if e.kind in ("done", "requeued") and t.seq not in self.recent[-RECENT:]:
             self.recent = [*self.recent, t.seq][-RECENT:]
         if not self.live:
-            sys.stderr.write(printable(line(e.kind, view, e.note)) + "\n")
-            sys.stderr.flush()
+            with contextlib.suppress(OSError):  # the terminal is gone (SIGHUP)
+                sys.stderr.write(printable(line(e.kind, view, e.note)) + "\n")
+                sys.stderr.flush()
 
     def render(self) -> RenderableType:
         from rich.console import Group
@@ -73,7 +77,7 @@ class Display:
 
         running = [v for v in self.rows.values() if v["state"] == "claimed"]
         recent = [self.rows[s] for s in self.recent if self.rows[s]["state"] != "claimed"]
-        head = Text(f"batch {self.batch_id}: {counts(self.rows.values())}")
+        head = Text(printable(f"batch {self.batch_id}: {counts(self.rows.values())}"))
         parts: list[RenderableType] = [head, table(running, title="running")]
         if recent:
             parts.append(table(recent, title="just finished"))
@@ -106,6 +110,8 @@ def line(kind: str, v: dict[str, Any], note: str = "") -> str:
         text = f"back to pending (run {run})"
     else:
         text = f"{kind} (run {run})"
+    if v.get("signature") not in (None, "valid", "pending"):
+        text += f"; its record is !{v['signature']} (not believed)"
     return f"task {v['id']}: {text}" + (f": {note}" if note else "")
 
 
@@ -122,6 +128,8 @@ def cells(v: dict[str, Any]) -> list[str]:
         outcome = f"{v['outcome']}:{v['refusal_class']}"
     else:
         outcome = f"{v['outcome']}:{'-' if v['exit_code'] is None else v['exit_code']}"
+    if v.get("signature") not in (None, "valid", "pending"):
+        outcome = f"!{v['signature']}:{outcome}"  # as `runs list` flags it
     tokens, cost = _usage_cells(v)
     state = v["state"] if v["state"] != "claimed" or v["machine"] else "waiting"
     note = v.get("error") or ""
@@ -147,7 +155,7 @@ def summary(report: dict[str, Any], *, terminal: bool | None = None) -> None:
     """The batch's summary table on stdout: drawn by rich on a terminal,
     plain columns otherwise."""
     tty = sys.stdout.isatty() if terminal is None else terminal
-    head = f"batch {report['batch']}: {counts(report['tasks'])}"
+    head = printable(f"batch {report['batch']}: {counts(report['tasks'])}")
     if tty:
         from rich.console import Console
         from rich.text import Text
@@ -165,7 +173,7 @@ def summary(report: dict[str, Any], *, terminal: bool | None = None) -> None:
 
 def _secs(v: dict[str, Any]) -> str:
     s = v.get("elapsed_seconds")
-    if s is None and v.get("started_at") and v["state"] == "claimed":
+    if v.get("started_at") and v["state"] == "claimed":  # still going: now
         from saphan.batch.api import elapsed
 
         s = elapsed(v["started_at"], None)

@@ -1,7 +1,8 @@
 """How a claim ends, judged from the store (the run's row) and from the
 liveness rules seats use (liveness.py).
 
-A claim is watched by its worker while its child runs. A claim nobody
+A claim is watched by its worker while its child runs. The child is judged
+before the row is read (a live child may still write it). A claim nobody
 watches — its worker measured dead, or its worker's child gone — is
 concluded here, by any worker of the batch:
 
@@ -11,6 +12,8 @@ concluded here, by any worker of the batch:
                                    pending, up to MAX_ATTEMPTS claims
     the run's row is live          left: the run's own holder decides, and
                                    run/live.reconcile ends a dead holder's row
+                                   here; a far holder is read over its
+                                   machine's transport every FAR_EVERY s
     no row, the child alive        left: it may still be waiting for a seat
     no row, no child alive         back to pending: no run was made
 
@@ -41,11 +44,13 @@ def dead(holder: Holder4 | None) -> bool:
     return holder is None or check(Holder(*holder)).state == "dead"
 
 
-def recover(ctx: Context, batch_id: str, me: Holder4,
-            watching: Container[int] = ()) -> list[tuple[Task, str]]:
+def recover(ctx: Context, batch_id: str, me: Holder4, watching: Container[int] = (),
+            far_checked: dict[tuple[str, str], float] | None = None) -> list[tuple[Task, str]]:
     """Conclude every claim of the batch nobody watches (module docstring);
     ``watching``: the sequence numbers whose children this worker (``me``)
-    is waiting on. Returns each claim changed, and what became of it."""
+    is waiting on; ``far_checked``: when each slot's far holders were last
+    read (a claim left with a live far run reads them every FAR_EVERY s).
+    Returns each claim changed, and what became of it."""
     from saphan.run import live
 
     live.reconcile(ctx)  # a run whose holder died here is ended holder-dead first
@@ -57,9 +62,43 @@ def recover(ctx: Context, batch_id: str, me: Holder4,
         elif not dead(t.worker):
             continue
         what = conclude(ctx, t, why=f"its worker {_who(t.worker)} is gone")
+        if what is None and far_checked is not None and t.run_id is not None:
+            _far_holders(ctx, t.run_id, far_checked)
         if what is not None:
             out.append((t, what))
     return out
+
+
+#: how often a slot's far holders are read for a claim whose far run is live
+FAR_EVERY = 30.0
+
+
+def _far_holders(ctx: Context, run_id: str, checked: dict[tuple[str, str], float]) -> None:
+    """A live run held by a far process (an SSH run whose channel was lost):
+    its slot's holders are read over the machine's transport, as conflict
+    handling reads them, and a dead one is ended holder-dead (the next pass
+    concludes the claim). Unreachable is "unknown": left, counted alive."""
+    import time
+
+    from saphan.capacity import recover_dead_holders
+    from saphan.errors import TransportError, UserError
+    from saphan.liveness import this_host
+    from saphan.store import StoreError
+
+    row = ctx.store.get_run(run_id)
+    if row is None or not row.live or row.holder_host in (None, this_host()):
+        return
+    key = (row.machine, row.slot)
+    now = time.monotonic()
+    if now - checked.get(key, -FAR_EVERY) < FAR_EVERY:
+        return
+    checked[key] = now
+    try:
+        m = ctx.machine(row.machine)
+        recover_dead_holders(ctx.store, ctx.slot(row.machine, row.slot), ctx.remote_liveness(m),
+                             ctx.record_key)
+    except (TransportError, UserError, StoreError):
+        pass  # the machine or slot is gone, or unreachable: the claim stays
 
 
 def conclude(ctx: Context, t: Task, *, why: str, error: str | None = None,
@@ -71,6 +110,10 @@ def conclude(ctx: Context, t: Task, *, why: str, error: str | None = None,
     batch, so an unfinished run gives the task back whatever its attempts."""
     store = ctx.store
     assert t.run_id is not None
+    # The child first: while it is alive it may still write its run's row,
+    # so the row is read only once the child is dead (it writes nothing more).
+    if t.child is not None and not dead(t.child):
+        return None
     row = store.get_run(t.run_id)
     if row is not None:
         if row.live:
@@ -82,8 +125,6 @@ def conclude(ctx: Context, t: Task, *, why: str, error: str | None = None,
         ok = store.finish_task(t.batch, t.seq, t.run_id, outcome=row.outcome or "error",
                                exit_code=row.exit_code)
         return "done" if ok else None
-    if t.child is not None and not dead(t.child):
-        return None
     if error is not None or (not interrupted and t.attempts >= MAX_ATTEMPTS):
         text = error or f"no run was made in {t.attempts} claims; the last: {why}"
         ok = store.finish_task(t.batch, t.seq, t.run_id, outcome="error", exit_code=None,

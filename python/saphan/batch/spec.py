@@ -7,9 +7,12 @@
 Every line is checked before anything is written: an unknown key, a value
 of the wrong kind, a duplicate id, or a task that cannot be asked of
 ``saphan run`` names its line and writes nothing. Relative paths are
-resolved against the current directory now and stored absolute, so the
-batch can be worked or resumed from anywhere. A task becomes the arguments
-of one cast run (:func:`run_arguments`).
+resolved against the current directory now and stored absolute (a task
+with neither ``workdir`` nor ``repo`` gets the current directory), so the
+batch can be worked or resumed from anywhere; the SHA-256 of a
+``permission_class`` or ``egress_policy`` file is stored with the task and
+checked before it runs. A task becomes the arguments of one cast run
+(:func:`run_arguments`).
 """
 
 from __future__ import annotations
@@ -149,7 +152,49 @@ def check_task(value: object, n: int, cwd: str, *, where: str = "batch") -> dict
         raise UserError(f"{at}: give 'repo' or 'workdir', not both")
     if "base" in spec and "repo" not in spec:
         raise UserError(f"{at}: 'base' needs 'repo'")
+    if "repo" not in spec and "workdir" not in spec:
+        # pinned now, in the signed task: never the directory a worker or a
+        # resume happens to start in
+        spec["workdir"] = os.path.abspath(cwd)
+    for key in _POLICY_FILES:
+        if key in spec:
+            spec[f"{key}_sha256"] = _file_digest(spec[key], at, key)
     return spec
+
+
+#: files a task names whose contents decide its permissions: their SHA-256
+#: is signed with the task, and checked again before it runs (check_files)
+_POLICY_FILES = ("permission_class", "egress_policy")
+_POLICY_LIMIT = 1 << 20
+
+
+def _file_digest(path: str, at: str, key: str) -> str:
+    import hashlib
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        raise UserError(f"{at}: {key!r} {path}: {e.strerror or e} (a regular file, not a "
+                        "link)") from None
+    try:
+        data = os.read(fd, _POLICY_LIMIT + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _POLICY_LIMIT:
+        raise UserError(f"{at}: {key!r} {path} is over 1 MiB")
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_files(spec: dict[str, Any]) -> None:
+    """The policy files a task names still hold what was signed with it
+    (UserError naming the file otherwise: the task is not run)."""
+    for key in _POLICY_FILES:
+        if key in spec:
+            now = _file_digest(spec[key], "task", key)
+            if now != spec.get(f"{key}_sha256"):
+                raise UserError(f"the {key} file {spec[key]} changed since the batch was "
+                                f"made (SHA-256 {now}, signed {spec.get(f'{key}_sha256')}); "
+                                "the task is not run: make a new batch")
 
 
 def run_arguments(spec: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
@@ -171,9 +216,11 @@ def run_arguments(spec: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
 
 
 def describe(spec: dict[str, Any]) -> str:
-    """One short line for a listing: the tool and what it runs."""
+    """One short line for a listing: the tool and what it runs (whatever
+    the stored spec holds: it is read before it is verified)."""
     if spec.get("tool") == "command":
-        text = " ".join(spec.get("command") or ())
+        command = spec.get("command")
+        text = " ".join(str(a) for a in command) if isinstance(command, list) else "?"
     else:
         text = f"{spec.get('tool')}: {spec.get('prompt', '')}"
     text = "".join(c if c.isprintable() else "?" for c in text)

@@ -24,6 +24,7 @@ worker. On SQLite one process works a batch (a lock beside the store).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from saphan.batch import EXIT_BAD_TASK, EXIT_CLAIM_GONE
+from saphan.batch import EXIT_BAD_TASK, EXIT_CLAIM_GONE, EXIT_RETRY
 from saphan.batch.recover import conclude, recover
 from saphan.errors import UserError
 from saphan.ids import new_run_id
@@ -44,7 +45,7 @@ from saphan.liveness import current_holder
 
 if TYPE_CHECKING:
     from saphan.context import Context
-    from saphan.store.rows import RunRow, Task
+    from saphan.store.rows import Holder4, RunRow, Task
 
 #: how long a child waits for a seat before its cast is refused fleet-full
 SEAT_WAIT = 86_400.0
@@ -100,6 +101,8 @@ def work(ctx: Context, batch_id: str, *, parallel: int | None = None,
          wait: float = SEAT_WAIT, on_event: Callable[[Event], None] | None = None,
          poll: float = 0.1) -> Worked:
     """Work the batch until nothing is left or a signal stops it (module docstring)."""
+    from saphan.store import StoreError
+
     if parallel is not None and parallel < 1:
         raise UserError("--parallel must be at least 1")
     store = ctx.store
@@ -110,54 +113,94 @@ def work(ctx: Context, batch_id: str, *, parallel: int | None = None,
     old = {s: signal.signal(s, stop) for s in _SIGNALS}
     children: dict[int, _Child] = {}
     end = Worked(batch_id)
-    told = 0
-    next_recover = 0.0
+    state = _Loop()
     try:
         while True:
-            for seq, c in list(children.items()):
-                if c.proc.poll() is not None:
-                    del children[seq]
-                    _reaped(ctx, c, stop.signum is not None, emit)
-            if stop.signum is not None:
-                if told < stop.count:
-                    told = stop.count
-                    for c in children.values():
-                        _signal(c, signal.SIGINT if told == 1 else signal.SIGKILL)
-                if not children:
+            try:
+                if _step(ctx, batch_id, me, children, stop, state, parallel, wait, emit, end):
                     break
-                time.sleep(poll)
+                state.fault_since = None
+            except StoreError:
+                # the store went away (a restart): reopen with backoff, for a while
+                now = time.monotonic()
+                state.fault_since = state.fault_since or now
+                if now - state.fault_since > STORE_PATIENCE:
+                    raise
+                time.sleep(min(5.0, 0.5 * 2 ** min(4, int(now - state.fault_since))))
+                with contextlib.suppress(StoreError):
+                    store.reopen()
                 continue
-            if time.monotonic() >= next_recover:
-                for t, what in recover(ctx, batch_id, me, children):
-                    emit(Event("done" if what == "done" else what, t,
-                               store.get_run(t.run_id) if t.run_id else None,
-                               note="recovered"))
-                next_recover = time.monotonic() + RECOVER_EVERY
-            for c in children.values():
-                if not c.seated and c.task.run_id is not None:
-                    row = store.get_run(c.task.run_id)
-                    if row is not None:
-                        c.seated = True
-                        emit(Event("seated", c.task, row))
-            if (parallel is None or len(children) < parallel) and stop.signum is None \
-                    and all(c.seated for c in children.values()):
-                claimed = store.claim_task(batch_id, new_run_id(), me)
-                if claimed is not None:
-                    children[claimed.seq] = _spawn(ctx, claimed, wait)
-                    end.started += 1
-                    emit(Event("claimed", claimed))
-                    continue
-                if not children and not store.batch_tasks(batch_id, "claimed") \
-                        and not store.batch_tasks(batch_id, "pending"):
-                    break
             time.sleep(poll)
+        if state.told >= 2:
+            from saphan.run import live
+
+            live.reconcile(ctx)  # what the second signal killed is ended holder-dead now
     finally:
         for s, h in old.items():
             signal.signal(s, h)
         if lock is not None:
             os.close(lock)
+        for c in children.values():  # only when the worker itself failed: they end too
+            _close(c)
     end.signum = stop.signum
     return end
+
+
+#: how long a worker keeps trying to reach a store that went away (seconds)
+STORE_PATIENCE = 120.0
+#: a child that hit a passing fault (EXIT_RETRY) holds claiming back this long, doubling
+RETRY_FIRST, RETRY_MOST = 1.0, 30.0
+
+
+@dataclass
+class _Loop:
+    told: int = 0
+    next_recover: float = 0.0
+    fault_since: float | None = None
+    hold_until: float = 0.0
+    hold: float = RETRY_FIRST
+    far_checked: dict[tuple[str, str], float] = field(default_factory=dict)
+
+
+def _step(ctx: Context, batch_id: str, me: Holder4, children: dict[int, _Child], stop: _Stop,
+          state: _Loop, parallel: int | None, wait: float, emit: Callable[[Event], None],
+          end: Worked) -> bool:
+    """One turn of the worker's loop; True when it is over."""
+    store = ctx.store
+    for seq, c in list(children.items()):
+        if c.proc.poll() is not None:
+            _reaped(ctx, c, stop.signum is not None, emit, state)
+            del children[seq]
+    if stop.signum is not None:
+        if state.told < stop.count:
+            state.told = stop.count
+            for c in children.values():
+                _signal(c, signal.SIGINT if state.told == 1 else signal.SIGKILL)
+        return not children
+    if time.monotonic() >= state.next_recover:
+        for t, what in recover(ctx, batch_id, me, children, state.far_checked):
+            emit(Event(what, t, store.get_run(t.run_id) if t.run_id else None,
+                       note="recovered"))
+        state.next_recover = time.monotonic() + RECOVER_EVERY
+    for c in children.values():
+        if not c.seated and c.task.run_id is not None:
+            row = store.get_run(c.task.run_id)
+            if row is not None:
+                c.seated = True
+                emit(Event("seated", c.task, row))
+    if ((parallel is None or len(children) < parallel)
+            and all(c.seated for c in children.values())
+            and time.monotonic() >= state.hold_until):
+        claimed = store.claim_task(batch_id, new_run_id(), me)
+        if claimed is not None:
+            children[claimed.seq] = _spawn(ctx, claimed, wait)
+            end.started += 1
+            emit(Event("claimed", claimed))
+            return False
+        if not children and not store.batch_tasks(batch_id, "claimed") \
+                and not store.batch_tasks(batch_id, "pending"):
+            return True
+    return False
 
 
 def _spawn(ctx: Context, t: Task, wait: float) -> _Child:
@@ -174,11 +217,18 @@ def _spawn(ctx: Context, t: Task, wait: float) -> _Child:
         c.readers.append(th)
     assert proc.stdin is not None
     try:
-        proc.stdin.write(json.dumps(order).encode())
-        proc.stdin.close()
+        # one line; the pipe stays open while this worker lives (the child's lifeline)
+        proc.stdin.write(json.dumps(order).encode() + b"\n")
+        proc.stdin.flush()
     except OSError:
         pass  # it died first: reaped as any child that ran nothing
     return c
+
+
+def _close(c: _Child) -> None:
+    with contextlib.suppress(OSError):
+        if c.proc.stdin is not None:
+            c.proc.stdin.close()
 
 
 def _drain(stream: Any, into: bytearray, keep_tail: bool) -> None:
@@ -201,7 +251,9 @@ def _signal(c: _Child, sig: int) -> None:
         pass
 
 
-def _reaped(ctx: Context, c: _Child, stopping: bool, emit: Callable[[Event], None]) -> None:
+def _reaped(ctx: Context, c: _Child, stopping: bool, emit: Callable[[Event], None],
+            state: _Loop) -> None:
+    _close(c)
     for th in c.readers:
         th.join(5)
     t = ctx.store.get_task(c.task.batch, c.task.seq)
@@ -211,15 +263,25 @@ def _reaped(ctx: Context, c: _Child, stopping: bool, emit: Callable[[Event], Non
     error = None
     if rc == EXIT_BAD_TASK:
         error = _said(c.out) or _tail(c.err) or "the task could not be run"
-    elif rc not in (0, 3) and 0 < rc < 128 and rc != EXIT_CLAIM_GONE:
+    elif rc == EXIT_RETRY:
+        # a passing fault before any run: claimed again, after a pause
+        state.hold_until = time.monotonic() + state.hold
+        state.hold = min(state.hold * 2, RETRY_MOST)
+    elif rc not in (0, 3, EXIT_CLAIM_GONE) and 0 < rc < 128:
         error = f"its process exited {rc}: {_tail(c.err) or '(nothing on stderr)'}"
-    why = f"its child exited {rc}" if rc >= 0 else f"its child was killed by signal {-rc}"
+    if rc == 0:
+        state.hold = RETRY_FIRST
+    why = (f"its child exited {rc}" + (f" ({_said(c.out)})" if rc == EXIT_RETRY else "")
+           if rc >= 0 else f"its child was killed by signal {-rc}")
     what = conclude(ctx, t, why=why, error=error, interrupted=stopping)
     row = ctx.store.get_run(t.run_id) if t.run_id else None
     if what is not None:
         emit(Event(what, t, row, note=error or ""))
     elif row is not None and row.live:
-        emit(Event("left", t, row, note="its run goes on without its child"))
+        emit(Event("left", t, row, note=(
+            "its child was killed; the next command ends its run holder-dead" if stopping
+            else "its run's row is still live without its child; it is concluded once that "
+                 "run ends")))
 
 
 def _said(out: bytearray) -> str | None:
@@ -239,11 +301,21 @@ def _one_worker(ctx: Context, batch_id: str) -> int:
     """SQLite: one process works a batch. A lock file beside the store,
     held (flock) while the worker runs; never followed through a link."""
     import fcntl
+    import stat
 
     d = ctx.workspace.home / "batches"
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    fd = os.open(d / f"{batch_id}.lock",
-                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(d, 0o700)
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{d} is not a directory (a link or a file): saphan keeps batch locks "
+                        "there and follows no link; remove it")
+    try:
+        fd = os.open(d / f"{batch_id}.lock",
+                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise UserError(f"cannot open the batch lock {d / f'{batch_id}.lock'}: "
+                        f"{e.strerror or e} (saphan follows no link there; remove it)") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -355,7 +355,7 @@ def _signal_here(h: Holder, sig: int) -> str:
     """``sig`` to the process ``h`` names on this host, only if it still is
     that process: a pidfd pins it, then its boot id and start time are
     checked (a pid reused since is left alone). "sent" or why not."""
-    from saphan.liveness import boot_id, process_start_ticks
+    from saphan.liveness import boot_id, process_start_ticks, same_boot
 
     if h.start_ticks is None or h.boot_id is None:
         return "not sent: its start time or boot id was not recorded"
@@ -370,7 +370,8 @@ def _signal_here(h: Holder, sig: int) -> str:
             ticks = process_start_ticks(h.pid)
         except (ValueError, IndexError):
             ticks = None
-        if boot_id() != h.boot_id or ticks != h.start_ticks:
+        here = boot_id()
+        if here is None or not same_boot(h.boot_id, here) or ticks != h.start_ticks:
             return "gone (its pid is another process now)"
         signal.pidfd_send_signal(fd, sig)
         return "sent"

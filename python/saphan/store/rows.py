@@ -195,5 +195,10 @@ class Task(NamedTuple):
         return (self.child_host, self.child_pid, self.child_start_ticks, self.child_boot_id)
 
     def spec(self) -> dict[str, Any]:
-        value = json.loads(self.spec_json)
+        """The stored task ({} when it is not a JSON object: a row written by
+        no saphan, which the child refuses by its signature)."""
+        try:
+            value = json.loads(self.spec_json)
+        except (ValueError, RecursionError):
+            return {}
         return value if isinstance(value, dict) else {}
