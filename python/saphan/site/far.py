@@ -402,6 +402,10 @@ if [ -z "$key" ]; then
   exit 0
 fi
 emit session_key "$key"
+for p in "$ch" "$ch/projects" "$ch/projects/$key"; do
+  # nothing is made through a link: the engine refuses the leaf by name
+  if [ -L "$p" ]; then emit session_dir_link "$p"; emit session_dir "$p"; exit 0; fi
+done
 if ! out=$( (umask 077; mkdir -p "$ch/projects/$key") 2>&1); then
   emit session_unresolved "cannot create $ch/projects/$key: $out"; exit 0
 fi
@@ -526,6 +530,9 @@ def verify_session_dir(machine: str, pf: Preflight) -> str:
         problems.append(f"it is not {expected}")
     if posixpath.basename(posixpath.dirname(reported)) != "projects":
         problems.append("its parent is not a `projects` directory")
+    if pf.get("session_dir_link") is not None:
+        problems.append(f"{pf.get('session_dir_link')} is a link there (the preflight made "
+                        "nothing through it)")
     if problems:
         raise refusals.session_dir_foreign(
             f"the preflight on {machine} reported {reported!r} as this run's session directory, "

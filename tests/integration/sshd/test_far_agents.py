@@ -317,6 +317,9 @@ def test_a_tampered_dial_reporting_a_foreign_leaf_is_refused(far: Remote, claude
             r = _refused(far, "far2", "cl3", wd, far.s.env(ANTHROPIC_API_KEY=KEY))
             assert srv.requests == []
         assert "session-dir-foreign" in r.err
+        assert "is a link there (the preflight made nothing through it)" in r.err
+        # nothing was made through the link: the directory it points at stays empty
+        assert list(h.far_path(elsewhere).iterdir()) == []
 
 
 def test_a_rejected_key_is_refused_from_the_runner_before_any_seat(far: Remote, claude_bin: str
