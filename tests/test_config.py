@@ -58,6 +58,9 @@ base_url = "http://127.0.0.1:9000/v1"
 env_key = "LOCAL_KEY"
 [cast]
 image_fresh_seconds = 600
+[auth]
+claude_token_url = "https://gateway.example/v1/oauth/token"
+codex_token_url = "http://127.0.0.1:9/oauth/token"
 """))
     assert cfg.confinement == "vendor"
     assert cfg.database_url == "postgresql://ops@db.example:5432/saphan"
@@ -65,12 +68,21 @@ image_fresh_seconds = 600
     assert (cfg.ssh_connect_timeout, cfg.ssh_command_timeout) == (3, 45)
     assert (cfg.codex_base_url, cfg.codex_env_key) == ("http://127.0.0.1:9000/v1", "LOCAL_KEY")
     assert cfg.image_fresh_seconds == 600
+    assert cfg.claude_token_url == "https://gateway.example/v1/oauth/token"
+    assert cfg.codex_token_url == "http://127.0.0.1:9/oauth/token"
     # Every key in the schema was exercised above: a new key needs a line here.
     assert {(s, k) for s, keys in SCHEMA.items() for k in keys} == {
         ("run", "confinement"), ("database", "url"), ("database", "write_retry_seconds"),
         ("ssh", "connect_timeout"),
         ("ssh", "command_timeout"), ("codex", "base_url"), ("codex", "env_key"),
-        ("cast", "image_fresh_seconds")}
+        ("cast", "image_fresh_seconds"), ("auth", "claude_token_url"),
+        ("auth", "codex_token_url")}
+
+
+def test_a_token_url_in_the_clear_off_this_machine_is_refused(tmp_path: Path) -> None:
+    """A refresh token never crosses the network in the clear."""
+    with pytest.raises(UserError, match="auth.codex_token_url"):
+        load(_write(tmp_path, '[auth]\ncodex_token_url = "http://auth.example/oauth/token"\n'))
 
 
 @pytest.mark.parametrize(("text", "needle"), [

@@ -26,6 +26,7 @@ SCHEMA: dict[str, dict[str, type]] = {
     "ssh": {"connect_timeout": int, "command_timeout": int},
     "codex": {"base_url": str, "env_key": str},
     "cast": {"image_fresh_seconds": int},
+    "auth": {"claude_token_url": str, "codex_token_url": str},
 }
 
 DEFAULT_TEXT = """\
@@ -63,6 +64,9 @@ class Config:
     codex_env_key: str | None = None
     #: how old a machine's docker-oci row may be when a cast reads it ([cast])
     image_fresh_seconds: int = 86400
+    #: where a seat's login token is refreshed, per tool ([auth]; tools/login.py)
+    claude_token_url: str | None = None
+    codex_token_url: str | None = None
     #: the ``section.key`` names the file sets (every other one is a default)
     given: frozenset[str] = field(default=frozenset(), compare=False)
 
@@ -127,6 +131,12 @@ def load(path: Path) -> Config:
         from saphan.endpoints import check_endpoint_masked
 
         check_endpoint_masked(codex_url, f"{path}: codex.base_url")
+    auth = data.get("auth", {})
+    for key in ("claude_token_url", "codex_token_url"):
+        if key in auth:
+            from saphan.endpoints import check_endpoint_masked
+
+            check_endpoint_masked(auth[key], f"{path}: auth.{key}")
     ssh = data.get("ssh", {})
     for key in ("connect_timeout", "command_timeout"):
         if key in ssh and ssh[key] < 1:
@@ -139,6 +149,8 @@ def load(path: Path) -> Config:
         ssh_command_timeout=ssh.get("command_timeout", 120),
         codex_base_url=data.get("codex", {}).get("base_url"),
         codex_env_key=data.get("codex", {}).get("env_key"),
+        claude_token_url=auth.get("claude_token_url"),
+        codex_token_url=auth.get("codex_token_url"),
         given=frozenset(f"{s}.{k}" for s, body in data.items() for k in body),
     )
 
@@ -177,6 +189,8 @@ def effective(config: Config, *, workspace: Path, key_path: Path,
                            if config.codex_base_url is not None else None),
         "codex.env_key": config.codex_env_key,
         "cast.image_fresh_seconds": config.image_fresh_seconds,
+        "auth.claude_token_url": config.claude_token_url,
+        "auth.codex_token_url": config.codex_token_url,
     }
     return {
         "workspace": str(workspace),

@@ -176,18 +176,30 @@ def test_no_credential_at_all_is_agent_auth_missing(tmp_path: Path) -> None:
     assert "ANTHROPIC_API_KEY" in r.remediation and "log claude in" in r.remediation
 
 
-def test_a_login_file_is_not_refused_and_not_checked(tmp_path: Path) -> None:
+def test_a_login_files_token_is_checked_as_claude_presents_it(tmp_path: Path) -> None:
+    """A current OAuth session in the seat's login file: no refresh, and its
+    token goes to the endpoint as Claude Code sends it (Bearer, with the
+    OAuth beta header); the record names the file, never the token."""
+    import time
+
     login = tmp_path / "claude-home" / ".credentials.json"
-    login.write_text('{"claudeAiOauth": {"accessToken": "tok-in-the-file"}}')
+    login.write_text(json.dumps({"claudeAiOauth": {
+        "accessToken": "tok-in-the-file", "refreshToken": "ref-in-the-file",
+        "expiresAt": int((time.time() + 3600) * 1000)}}))
+    login.chmod(0o600)
     with MessagesServer([]) as srv:
         target = auth.target_for(_claude(tmp_path, srv.base_url))
         assert target is not None and not target.missing
         assert target.login_file == os.path.realpath(login)
         rec = auth.check(target, where="here")
-    assert rec["result"] == auth.LOGIN_FILE_RESULT == "the seat's login file, not checked by saphan"
-    assert rec["status"] is None and os.path.realpath(login) in rec["credential"]
-    assert srv.paths == []
-    assert "tok-in-the-file" not in json.dumps(rec)
+    assert rec["result"] == "accepted" and rec["status"] == 200
+    assert rec["login"]["file"] == os.path.realpath(login)
+    assert rec["login"]["refresh"] == "not due"
+    sent = {k.lower(): v for k, v in srv.get_headers[-1].items()}
+    assert sent["authorization"] == "Bearer tok-in-the-file"
+    assert sent["anthropic-beta"] == auth.ANTHROPIC_OAUTH_BETA
+    assert "tok-in-the-file" not in json.dumps(rec) and "ref-in-the-file" not in json.dumps(rec)
+
 
 
 def _closed_port() -> int:
@@ -316,11 +328,19 @@ def test_codex_login_file_or_missing(tmp_path: Path) -> None:
     assert e.value.cls == "agent-auth-missing"
     assert "SAPHAN_TEST_KEY" in e.value.message
     assert str(tmp_path / "codex-home" / "auth.json") in e.value.message
+    # `codex login --with-api-key`: the key in the login file is checked as a key
     (tmp_path / "codex-home" / "auth.json").write_text('{"OPENAI_API_KEY": "sk-in-file"}')
-    target = auth.target_for(adapter)
-    assert target is not None
-    rec = auth.check(target, where="here")
-    assert rec["result"] == auth.LOGIN_FILE_RESULT and "sk-in-file" not in json.dumps(rec)
+    with ResponsesServer([]) as srv:
+        adapter = _codex(tmp_path, None)
+        target = auth.target_for(adapter)
+        assert target is not None and target.login_file is not None
+        from dataclasses import replace
+
+        rec = auth.check(replace(target, url=f"{srv.base_url}/v1/models"), where="here")
+    assert rec["status"] == 200 and rec["login"]["kind"] == "api-key"
+    assert {k.lower(): v for k, v in srv.get_headers[-1].items()}["authorization"] == \
+        "Bearer sk-in-file"
+    assert "sk-in-file" not in json.dumps(rec)
 
 
 # -- loop and command ------------------------------------------------------------------

@@ -584,10 +584,17 @@ def test_the_users_openai_base_url_does_not_reroute_the_run(
     with ResponsesServer([("text", "done")]) as elsewhere:
         _user_config(codex_home, f'openai_base_url = "{elsewhere.base_url}/v1"\n')
         _codex_slot(s, None)
-        # The seat's login file (`codex login --with-api-key` writes it), not a
-        # variable: saphan's auth pre-flight does not check a login file, so
-        # this test sends no key to api.openai.com from saphan itself.
-        Path(codex_home, "auth.json").write_text(json.dumps({"OPENAI_API_KEY": "sk-test"}))
+        # The seat's login file (a ChatGPT login), not a variable: its token is
+        # current, so saphan's pre-flight neither refreshes nor sends it (it
+        # is for Codex's own backend), and nothing leaves this machine.
+        import base64
+        import time
+
+        claims = base64.urlsafe_b64encode(json.dumps(
+            {"exp": int(time.time()) + 3600}).encode()).decode().rstrip("=")
+        Path(codex_home, "auth.json").write_text(json.dumps({"tokens": {
+            "access_token": f"e30.{claims}.sig", "refresh_token": "r", "id_token": "i"},
+            "last_refresh": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
         env = {k: v for k, v in s.env(CODEX_HOME=codex_home, HOME=str(home),
                                       SAPHAN_CODEX_BIN=codex_bin).items()
                if k not in ("OPENAI_API_KEY", "CODEX_API_KEY")}
@@ -600,7 +607,8 @@ def test_the_users_openai_base_url_does_not_reroute_the_run(
         assert elsewhere.paths == [], elsewhere.paths
     rec = json.loads(r.out)
     assert rec["endpoint"] == "https://api.openai.com/v1"
-    assert rec["auth"]["result"] == "the seat's login file, not checked by saphan"
+    assert rec["auth"]["result"].startswith("accepted: the login token is current")
+    assert rec["auth"]["login"]["refresh"] == "not due"
     pinned = rec["enforced_by"]["pinned_settings"]
     assert 'model_provider="openai"' in pinned
     assert 'openai_base_url="https://api.openai.com/v1"' in pinned

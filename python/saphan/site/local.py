@@ -172,7 +172,10 @@ class LocalSite:
         if target is not None and self.cut is not None:
             target = self.cut.auth_target(target)
         if target is not None:
-            base["auth"] = auth.check(target, where=self.slot.machine)
+            cfg = self.ctx.config
+            base["auth"] = auth.check(target, where=self.slot.machine, token_url=(
+                cfg.claude_token_url if adapter.tool == "claude" else
+                cfg.codex_token_url if adapter.tool == "codex" else None))
 
     def _measure_command(self, run_id: str) -> list[str]:
         """The measure-base driver's argv; a scratch path already there is

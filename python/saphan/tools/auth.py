@@ -26,8 +26,11 @@ HTTP 401/403 refuses the run (``agent-auth-rejected``); 2xx, or 404 (the
 endpoint lists no models, so the key was not rejected) accepts it; anything
 else — no connection, a timeout, a 5xx, a TLS failure, a redirect — is not a
 refusal: the record says ``not checked: <why>``. No credential at all refuses
-it (``agent-auth-missing``). A login file is not checked (saphan neither reads
-nor refreshes a tool's login token in this build).
+it (``agent-auth-missing``). A login file on this host is read and, when its
+token is due, refreshed here, outside the jail (tools/login.py): Claude's
+token is then checked against the endpoint as Claude Code presents it; a
+Codex login's is refreshed, not sent (it is for Codex's own backend). A
+login file on a runner is not checked (saphan reads no far login token).
 
 What goes on the run record (``auth``) names the credential — the variable,
 or the file — and never holds its value.
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -189,9 +193,13 @@ def _login_or_missing(tool: str, base: str, url: str, keys: tuple[str, ...],
 
 # -- the check ---------------------------------------------------------------------
 
-def check(target: Target, *, where: str) -> dict[str, Any]:
+def check(target: Target, *, where: str, token_url: str | None = None) -> dict[str, Any]:
     """The pre-flight from this host: the record's ``auth`` entry, or a
-    refusal (``agent-auth-missing``, ``agent-auth-rejected``)."""
+    refusal (``agent-auth-missing``, ``agent-auth-rejected``). A login-file
+    seat's session is read, refreshed here when due (``token_url``: the
+    configured token endpoint; tools/login.py), and then checked."""
+    if target.login_file is not None and not target.headers:
+        return _login_seat(target, where, token_url)
     early = _before_http(target, where)
     if early is not None:
         return early
@@ -227,6 +235,33 @@ def check(target: Target, *, where: str) -> dict[str, Any]:
     if status is None:
         return _record(target, where, None, "not checked: " + _withheld(target, why or "?"))
     return _judge(target, where, status)
+
+
+def _login_seat(target: Target, where: str, token_url: str | None) -> dict[str, Any]:
+    from dataclasses import replace
+
+    from saphan.tools import login as logins
+
+    assert target.login_file is not None
+    seat = logins.read(target.tool, target.login_file)
+    refresh = "not due"
+    if seat.due():
+        seat, refresh = logins.refreshed(seat, token_url)
+    until = (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seat.expires_at))
+             if seat.expires_at is not None else None)
+    login = {"file": target.login_file, "kind": seat.kind, "expires_at": until,
+             "refresh": refresh}
+    if target.tool == "claude" or seat.kind == "api-key":
+        # presented as Claude Code presents it: the OAuth token, to the endpoint
+        checked = check(replace(target, headers=logins.bearer_headers(seat), login_file=None),
+                        where=where)
+        return {**checked, "login": login}
+    if seat.due():
+        result = f"not checked: the login token is due and {refresh}"
+    else:
+        result = ("accepted: the login token is current (not sent: a ChatGPT login's token "
+                  "is for the tool's own backend, not this endpoint)")
+    return {**_record(target, where, None, result), "login": login}
 
 
 class Runner(Protocol):

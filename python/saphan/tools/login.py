@@ -1,0 +1,305 @@
+"""A seat's login file — a tool's own OAuth session — checked, and refreshed
+when its access token has expired or is about to, by saphan's unconfined
+side before the seat is reserved: never inside the jail (where the file is
+not writable, and a refresh would rotate the refresh token and lose it).
+
+    claude   <config home>/.credentials.json
+             {"claudeAiOauth": {"accessToken", "refreshToken", "expiresAt" (ms),
+                                "scopes", "clientId"?, ...}}
+    codex    $CODEX_HOME/auth.json
+             {"tokens": {"access_token", "refresh_token", "id_token", ...},
+              "last_refresh"}   (the access token's expiry: its JWT ``exp``);
+             or {"OPENAI_API_KEY": "..."} (an API key: checked as a key)
+
+The refresh is the tool's own (the request the pinned binaries make, read
+from them): ``POST`` of a ``refresh_token`` grant to the tool's token
+endpoint (``[auth] claude_token_url`` / ``codex_token_url`` replace it, for
+a test or a gateway). A grant the endpoint refuses (HTTP 400/401/403) means
+the session is dead: ``agent-auth-rejected`` (log in again). An endpoint
+that cannot be reached leaves the token as it is, and the record says so.
+The new tokens are written back in place of the file only if it is still
+the file that was read (same inode, size and time: the tool itself may have
+refreshed it meanwhile), through a new file in the same directory renamed
+over it, owner-only. The file is read and replaced never through a link.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from saphan import refusals
+
+#: the tools' own token endpoints and OAuth clients (read from the pinned
+#: binaries: claude-code 2.1.197, codex-cli 0.169.0)
+CLAUDE_TOKEN_URL = "https://platform.claude.com/v1/oauth/token"
+CLAUDE_CLIENT_ID = "9d1c250a-e61b-44d9-88ed-5944d1962f5e"
+CLAUDE_SCOPES = ("user:profile", "user:inference", "user:sessions:claude_code",
+                 "user:mcp_servers", "user:file_upload")
+CODEX_TOKEN_URL = "https://auth.openai.com/oauth/token"
+CODEX_CLIENT_ID = "app_EMoamEEZ73f0CkXaXp7hrann"
+CODEX_SCOPE = "openid profile email"
+#: a token that expires within this many seconds is refreshed first
+MARGIN = 300
+#: Codex refreshes a login this old whatever its token says (seconds)
+CODEX_REFRESH_AGE = 8 * 86400
+#: a login file larger than this is not read
+LIMIT = 1 << 20
+TIMEOUT = 15
+
+
+@dataclass(frozen=True)
+class Login:
+    """A login file as read. The tokens are never in its repr."""
+
+    tool: str
+    path: str
+    access: str = field(repr=False)
+    refresh: str | None = field(repr=False)
+    #: when the access token expires (epoch seconds), if it says
+    expires_at: float | None
+    data: dict[str, Any] = field(repr=False)
+    #: (st_ino, st_size, st_mtime_ns) as read: a write-back replaces only this file
+    identity: tuple[int, int, int] = field(repr=False)
+    #: "oauth" (a session's tokens) or "api-key" (Codex's key in its login file)
+    kind: str = "oauth"
+
+    def due(self, now: float | None = None) -> bool:
+        """Its access token has expired, or expires within MARGIN."""
+        now = time.time() if now is None else now
+        if self.kind == "api-key":
+            return False
+        if self.tool == "codex":
+            last = _epoch(self.data.get("last_refresh"))
+            if last is not None and now - last > CODEX_REFRESH_AGE:
+                return True
+        return self.expires_at is not None and self.expires_at - now < MARGIN
+
+
+def read(tool: str, path: str) -> Login:
+    """The login file (``agent-auth-missing`` when it holds no session)."""
+    def missing(why: str) -> refusals.Refusal:
+        return refusals.agent_auth_missing(
+            f"the {tool} seat's login file {path} {why}",
+            f"log {tool} in again on the seat (`{'claude /login' if tool == 'claude' else 'codex login'}`), "
+            "or give the run an API key in saphan's environment")
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        raise missing(f"cannot be read ({e.strerror or e}; saphan follows no link there)") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise missing("is not a regular file")
+        if st.st_uid != os.geteuid():
+            raise missing(f"is owned by uid {st.st_uid}, not this account ({os.geteuid()})")
+        raw = os.read(fd, LIMIT + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > LIMIT:
+        raise missing(f"is over {LIMIT} bytes")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise missing("is not JSON") from None
+    if not isinstance(data, dict):
+        raise missing("is not a JSON object")
+    ident = (st.st_ino, st.st_size, st.st_mtime_ns)
+    if tool == "claude":
+        o = data.get("claudeAiOauth")
+        access = o.get("accessToken") if isinstance(o, dict) else None
+        if not isinstance(access, str) or not access:
+            raise missing("holds no claudeAiOauth.accessToken (the session was ended)")
+        assert isinstance(o, dict)
+        refresh = o.get("refreshToken") if isinstance(o.get("refreshToken"), str) else None
+        exp = o.get("expiresAt")
+        expires = exp / 1000 if isinstance(exp, (int, float)) and not isinstance(exp, bool) \
+            else None
+        return Login(tool, path, access, refresh or None, expires, data, ident)
+    tokens = data.get("tokens")
+    access = tokens.get("access_token") if isinstance(tokens, dict) else None
+    key = data.get("OPENAI_API_KEY")
+    if (not isinstance(access, str) or not access) and isinstance(key, str) and key:
+        # `codex login --with-api-key`: an API key, presented as one
+        return Login(tool, path, key, None, None, data, ident, kind="api-key")
+    if not isinstance(access, str) or not access:
+        raise missing("holds neither tokens.access_token nor OPENAI_API_KEY")
+    assert isinstance(tokens, dict)
+    refresh = tokens.get("refresh_token") if isinstance(tokens.get("refresh_token"), str) else None
+    return Login(tool, path, access, refresh or None, _jwt_exp(access), data, ident)
+
+
+def refreshed(login: Login, url: str | None = None) -> tuple[Login, str]:
+    """The login after a refresh at the tool's token endpoint (``url``: the
+    configured one), written back; and what happened, for the record. A
+    refused grant raises ``agent-auth-rejected``; an endpoint that cannot be
+    reached returns the login unchanged with why."""
+    if login.refresh is None:
+        return login, "its token is due, and the login file holds no refresh token"
+    if login.tool == "claude":
+        o = login.data["claudeAiOauth"]
+        scopes = o.get("scopes") if isinstance(o.get("scopes"), list) else None
+        client = o.get("clientId") if isinstance(o.get("clientId"), str) else CLAUDE_CLIENT_ID
+        body = {"grant_type": "refresh_token", "refresh_token": login.refresh,
+                "client_id": client,
+                "scope": " ".join(str(s) for s in (scopes or CLAUDE_SCOPES))}
+        target = url or CLAUDE_TOKEN_URL
+    else:
+        body = {"client_id": CODEX_CLIENT_ID, "grant_type": "refresh_token",
+                "refresh_token": login.refresh, "scope": CODEX_SCOPE}
+        target = url or CODEX_TOKEN_URL
+    status, answer, why = _post(target, body)
+    secrets = (login.refresh, login.access)
+    if status in (400, 401, 403):
+        raise refusals.agent_auth_rejected(
+            f"the {login.tool} seat's login session is dead: its token endpoint {target} "
+            f"refused the refresh (HTTP {status}{_reason(answer, secrets)})",
+            f"log {login.tool} in again on the seat "
+            f"(`{'claude /login' if login.tool == 'claude' else 'codex login'}`), then run again")
+    if status is None or not 200 <= status < 300 or not isinstance(answer, dict):
+        return login, _hide(f"not refreshed: {why or f'{target} answered HTTP {status}'}",
+                            secrets)
+    access = answer.get("access_token")
+    if not isinstance(access, str) or not access:
+        return login, f"not refreshed: {target} answered without an access_token"
+    data = json.loads(json.dumps(login.data))  # a copy
+    now = time.time()
+    if login.tool == "claude":
+        o = data["claudeAiOauth"]
+        o["accessToken"] = access
+        if isinstance(answer.get("refresh_token"), str) and answer["refresh_token"]:
+            o["refreshToken"] = answer["refresh_token"]
+        if isinstance(answer.get("expires_in"), (int, float)):
+            o["expiresAt"] = int((now + answer["expires_in"]) * 1000)
+        if isinstance(answer.get("scope"), str) and answer["scope"]:
+            o["scopes"] = answer["scope"].split()
+    else:
+        t = data["tokens"]
+        for k in ("access_token", "refresh_token", "id_token"):
+            if isinstance(answer.get(k), str) and answer[k]:
+                t[k] = answer[k]
+        data["last_refresh"] = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(now))
+    if not _write_back(login, data):
+        # the file changed meanwhile (the tool refreshed it itself): read what it holds now
+        return read(login.tool, login.path), "refreshed elsewhere meanwhile; read again"
+    return read(login.tool, login.path), f"refreshed at {target}"
+
+
+def _write_back(login: Login, data: dict[str, Any]) -> bool:
+    """Replace the login file with ``data`` if it is still the file read."""
+    path = login.path
+    d = os.path.dirname(path)
+    tmp = os.path.join(d, f".{os.path.basename(path)}.saphan-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        os.write(fd, json.dumps(data, indent=2).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        st = os.lstat(path)
+        if (not stat.S_ISREG(st.st_mode)
+                or (st.st_ino, st.st_size, st.st_mtime_ns) != login.identity):
+            os.unlink(tmp)
+            return False
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return True
+
+
+def bearer_headers(login: Login) -> dict[str, str]:
+    """What the tool presents with this login (claude: its OAuth beta header)."""
+    from saphan.tools.auth import ANTHROPIC_OAUTH_BETA, ANTHROPIC_VERSION
+
+    if login.tool == "claude":
+        return {"Authorization": f"Bearer {login.access}", "anthropic-beta": ANTHROPIC_OAUTH_BETA,
+                "anthropic-version": ANTHROPIC_VERSION}
+    return {"Authorization": f"Bearer {login.access}"}
+
+
+def _post(url: str, body: dict[str, Any]) -> tuple[int | None, Any, str | None]:
+    import http.client
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    class _NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *_a: Any, **_k: Any) -> None:
+            return None  # a redirect would carry the refresh token elsewhere
+
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), _NoRedirect(),
+        urllib.request.HTTPSHandler(context=ssl.create_default_context()))
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json",
+                                          "Accept": "application/json"})
+    try:
+        with opener.open(req, timeout=TIMEOUT) as resp:
+            return int(resp.status), _json(resp.read(LIMIT)), None
+    except urllib.error.HTTPError as e:
+        try:
+            return int(e.code), _json(e.read(LIMIT)), None
+        finally:
+            e.close()
+    except urllib.error.URLError as e:
+        return None, None, f"{url} could not be reached: {e.reason}"
+    except TimeoutError:
+        return None, None, f"{url} did not answer within {TIMEOUT} s"
+    except (OSError, ValueError, http.client.HTTPException) as e:
+        return None, None, f"{url}: {type(e).__name__}: {e}"
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _reason(answer: Any, secrets: tuple[str | None, ...]) -> str:
+    if isinstance(answer, dict) and isinstance(answer.get("error"), str):
+        return _hide(f": {answer['error'][:80]}", secrets)
+    return ""
+
+
+def _hide(text: str, secrets: tuple[str | None, ...]) -> str:
+    for s in secrets:
+        if s and len(s) >= 4:
+            text = text.replace(s, "[credential withheld]")
+    return text
+
+
+def _jwt_exp(token: str) -> float | None:
+    """The ``exp`` claim of a JWT (not verified: only when to refresh)."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        pad = "=" * (-len(parts[1]) % 4)
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + pad))
+    except (ValueError, RecursionError):
+        return None
+    exp = claims.get("exp") if isinstance(claims, dict) else None
+    return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None
+
+
+def _epoch(text: object) -> float | None:
+    if not isinstance(text, str):
+        return None
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
