@@ -506,3 +506,38 @@ class ChatCompletionsServer(_Server):
             return []
         return [str(m.get("content")) for m in self.requests[-1].get("messages") or []
                 if isinstance(m, dict) and m.get("role") == "tool"]
+
+
+class TokenServer:
+    """A token endpoint: answers each POST with the next (status, body),
+    and keeps every JSON body it was sent."""
+
+    def __init__(self, answers: list[tuple[int, dict[str, Any]]]):
+        self.answers, self.bodies = list(answers), []  # type: list[dict[str, Any]]
+        owner = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                owner.bodies.append(json.loads(self.rfile.read(n)))
+                status, body = owner.answers.pop(0) if owner.answers else (500, {})
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *_a: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1/oauth/token"
+
+    def __enter__(self) -> TokenServer:
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

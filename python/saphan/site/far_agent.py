@@ -283,11 +283,14 @@ def run_session(ctx: Context, tool: str, request: Request, run_id: str) -> str |
     return session if claude.is_uuid(session) else None
 
 
-def auth_check(adapter: Adapter, pf: Preflight, conn: Any, name: str) -> dict[str, Any] | None:
+def auth_check(adapter: Adapter, pf: Preflight, conn: Any, name: str,
+               token_url: str | None = None) -> dict[str, Any] | None:
     """The auth pre-flight for a far run, made from the runner (its curl):
     the key from saphan's environment (it is what crosses the channel), else
-    the far seat's own login file (as the dial found it there: not checked),
-    else ``agent-auth-missing``; a 401/403 is ``agent-auth-rejected``."""
+    the far seat's own login file (as the dial found it there: read over the
+    connection, refreshed from here when due and written back there, its
+    token checked from the runner: tools/login.py), else
+    ``agent-auth-missing``; a 401/403 is ``agent-auth-rejected``."""
     from dataclasses import replace
 
     from saphan.tools import auth
@@ -304,7 +307,7 @@ def auth_check(adapter: Adapter, pf: Preflight, conn: Any, name: str) -> dict[st
                                     f"configuration home on {name}",
             credential=(f"the seat's login file {far_login} on {name}" if far_login
                         else " or ".join(target.looked_for)))
-    return auth.far_check(conn, target, where=name)
+    return auth.far_login_check(conn, target, where=name, token_url=token_url)
 
 
 def frame_env(adapter: Adapter, run_id: str) -> tuple[tuple[str, ...], dict[str, str]]:

@@ -235,7 +235,10 @@ class SshSite:
         pc = adapter.instruction.permission_class
         network.posture(pc.network if pc is not None else None, tool=slot.tool,
                         mechanism="vendor:codex" if slot.tool == "codex" else "ssh")
-        checked = far_agent.auth_check(adapter, far.pf, far.conn, name)
+        cfg = self.ctx.config
+        checked = far_agent.auth_check(adapter, far.pf, far.conn, name, token_url=(
+            cfg.claude_token_url if slot.tool == "claude" else
+            cfg.codex_token_url if slot.tool == "codex" else None))
         if checked is not None:
             base["auth"] = checked
 

@@ -30,7 +30,9 @@ it (``agent-auth-missing``). A login file on this host is read and, when its
 token is due, refreshed here, outside the jail (tools/login.py): Claude's
 token is then checked against the endpoint as Claude Code presents it; a
 Codex login's is refreshed, not sent (it is for Codex's own backend). A
-login file on a runner is not checked (saphan reads no far login token).
+login file on a runner is the same (:func:`far_login_check`): read there
+over the SSH connection, refreshed here and written back there, and its
+token checked from the runner.
 
 What goes on the run record (``auth``) names the credential — the variable,
 or the file — and never holds its value.
@@ -237,24 +239,30 @@ def check(target: Target, *, where: str, token_url: str | None = None) -> dict[s
     return _judge(target, where, status)
 
 
-def _login_seat(target: Target, where: str, token_url: str | None) -> dict[str, Any]:
+def _login_seat(target: Target, where: str, token_url: str | None,
+                conn: Runner | None = None) -> dict[str, Any]:
+    """A login-file seat: read (here, or on the runner ``conn`` reaches),
+    refreshed here when due (tools/login.py), then checked as the tool
+    presents it — from here, or from the runner."""
     from dataclasses import replace
 
     from saphan.tools import login as logins
 
     assert target.login_file is not None
-    seat = logins.read(target.tool, target.login_file)
+    place: logins.Place = logins.Here() if conn is None else logins.Far(conn)
+    seat = place.read(target.tool, target.login_file)
     refresh = "not due"
     if seat.due():
-        seat, refresh = logins.refreshed(seat, token_url)
+        seat, refresh = logins.refreshed(seat, token_url, place)
     until = (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seat.expires_at))
              if seat.expires_at is not None else None)
     login = {"file": target.login_file, "kind": seat.kind, "expires_at": until,
              "refresh": refresh}
     if target.tool == "claude" or seat.kind == "api-key":
-        # presented as Claude Code presents it: the OAuth token, to the endpoint
-        checked = check(replace(target, headers=logins.bearer_headers(seat), login_file=None),
-                        where=where)
+        # presented as the tool presents it: the token (or key), to the endpoint
+        presented = replace(target, headers=logins.bearer_headers(seat), login_file=None)
+        checked = (check(presented, where=where) if conn is None
+                   else far_check(conn, presented, where=where))
         return {**checked, "login": login}
     if seat.due():
         result = f"not checked: the login token is due and {refresh}"
@@ -262,6 +270,16 @@ def _login_seat(target: Target, where: str, token_url: str | None) -> dict[str, 
         result = ("accepted: the login token is current (not sent: a ChatGPT login's token "
                   "is for the tool's own backend, not this endpoint)")
     return {**_record(target, where, None, result), "login": login}
+
+
+def far_login_check(conn: Runner, target: Target, *, where: str,
+                    token_url: str | None = None) -> dict[str, Any]:
+    """:func:`far_check` for a seat whose credential is its login file on the
+    runner: read there over the connection, refreshed here when due and
+    written back there, then checked from the runner."""
+    if target.login_file is not None and not target.headers:
+        return _login_seat(target, where, token_url, conn)
+    return far_check(conn, target, where=where)
 
 
 class Runner(Protocol):

@@ -29,10 +29,11 @@ import base64
 import contextlib
 import json
 import os
+import shlex
 import stat
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from saphan import refusals
 
@@ -82,41 +83,54 @@ class Login:
         return self.expires_at is not None and self.expires_at - now < MARGIN
 
 
-def read(tool: str, path: str) -> Login:
-    """The login file (``agent-auth-missing`` when it holds no session)."""
-    def missing(why: str) -> refusals.Refusal:
-        return refusals.agent_auth_missing(
-            f"the {tool} seat's login file {path} {why}",
-            f"log {tool} in again on the seat (`{'claude /login' if tool == 'claude' else 'codex login'}`), "
-            "or give the run an API key in saphan's environment")
+def _missing(tool: str, path: str, why: str) -> refusals.Refusal:
+    return refusals.agent_auth_missing(
+        f"the {tool} seat's login file {path} {why}",
+        f"log {tool} in again on the seat ({_login_verb(tool)}), or give the run an API key "
+        "in saphan's environment")
 
+
+def _login_verb(tool: str) -> str:
+    return "`claude /login`" if tool == "claude" else "`codex login`"
+
+
+def read(tool: str, path: str) -> Login:
+    """The login file on this host (``agent-auth-missing`` when it holds no session)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
-        raise missing(f"cannot be read ({e.strerror or e}; saphan follows no link there)") from None
+        raise _missing(tool, path, f"cannot be read ({e.strerror or e}; saphan follows no link "
+                                   "there)") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise missing("is not a regular file")
+            raise _missing(tool, path, "is not a regular file")
         if st.st_uid != os.geteuid():
-            raise missing(f"is owned by uid {st.st_uid}, not this account ({os.geteuid()})")
+            raise _missing(tool, path, f"is owned by uid {st.st_uid}, not this account "
+                                       f"({os.geteuid()})")
         raw = os.read(fd, LIMIT + 1)
     finally:
         os.close(fd)
+    return parse(tool, path, raw, (st.st_ino, st.st_size, st.st_mtime_ns))
+
+
+def parse(tool: str, path: str, raw: bytes, ident: tuple[int, int, int]) -> Login:
+    """A login file's bytes as a :class:`Login` (``ident``: what a write-back
+    must still find there)."""
     if len(raw) > LIMIT:
-        raise missing(f"is over {LIMIT} bytes")
+        raise _missing(tool, path, f"is over {LIMIT} bytes")
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):
-        raise missing("is not JSON") from None
+        raise _missing(tool, path, "is not JSON") from None
     if not isinstance(data, dict):
-        raise missing("is not a JSON object")
-    ident = (st.st_ino, st.st_size, st.st_mtime_ns)
+        raise _missing(tool, path, "is not a JSON object")
     if tool == "claude":
         o = data.get("claudeAiOauth")
         access = o.get("accessToken") if isinstance(o, dict) else None
         if not isinstance(access, str) or not access:
-            raise missing("holds no claudeAiOauth.accessToken (the session was ended)")
+            raise _missing(tool, path, "holds no claudeAiOauth.accessToken (the session was "
+                                       "ended)")
         assert isinstance(o, dict)
         refresh = o.get("refreshToken") if isinstance(o.get("refreshToken"), str) else None
         exp = o.get("expiresAt")
@@ -130,13 +144,87 @@ def read(tool: str, path: str) -> Login:
         # `codex login --with-api-key`: an API key, presented as one
         return Login(tool, path, key, None, None, data, ident, kind="api-key")
     if not isinstance(access, str) or not access:
-        raise missing("holds neither tokens.access_token nor OPENAI_API_KEY")
+        raise _missing(tool, path, "holds neither tokens.access_token nor OPENAI_API_KEY")
     assert isinstance(tokens, dict)
     refresh = tokens.get("refresh_token") if isinstance(tokens.get("refresh_token"), str) else None
     return Login(tool, path, access, refresh or None, _jwt_exp(access), data, ident)
 
 
-def refreshed(login: Login, url: str | None = None) -> tuple[Login, str]:
+class Place(Protocol):
+    """Where a login file is read and written back: this host, or a runner."""
+
+    def read(self, tool: str, path: str) -> Login: ...
+
+    def write(self, login: Login, data: dict[str, Any]) -> bool: ...
+
+
+class Here:
+    """This host's file system."""
+
+    def read(self, tool: str, path: str) -> Login:
+        return read(tool, path)
+
+    def write(self, login: Login, data: dict[str, Any]) -> bool:
+        return _write_back(login, data)
+
+
+class Far:
+    """A runner's file, over its SSH connection: read by a far script (the
+    final component no link, a regular file of the far account, its inode,
+    size and time with it) and written back by another, which replaces it
+    only while those are unchanged, through a new owner-only file made
+    without following anything (``set -C``). The tokens cross the channel:
+    never a far command line."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def read(self, tool: str, path: str) -> Login:
+        done = self.conn.run(_FAR_READ.format(path=shlex.quote(path), limit=LIMIT + 1),
+                             timeout=TIMEOUT + 20)
+        out: bytes = done.stdout
+        head, _, raw = out.partition(b"\n")
+        if done.exit_code != 0 or not head.startswith(b"ident "):
+            why = (out.decode(errors="replace").strip() or done.stderr.decode(
+                errors="replace").strip() or f"exit {done.exit_code}")
+            raise _missing(tool, path, f"on {self.conn.name} cannot be read: {why[:200]}")
+        try:
+            ino, size, mtime = (int(x) for x in head.split()[1:4])
+        except ValueError:
+            raise _missing(tool, path, f"on {self.conn.name}: an unreadable answer") from None
+        return parse(tool, path, raw, (ino, size, mtime))
+
+    def write(self, login: Login, data: dict[str, Any]) -> bool:
+        ino, size, mtime = login.identity
+        done = self.conn.run(_FAR_WRITE.format(path=shlex.quote(login.path),
+                                               ident=shlex.quote(f"{ino} {size} {mtime}")),
+                             stdin=json.dumps(data, indent=2).encode(), timeout=TIMEOUT + 20)
+        return bool(done.exit_code == 0 and done.stdout.strip() == b"written")
+
+
+# stat's %Y is seconds: the identity's time is whole seconds on a runner
+_FAR_READ = """\
+f={path}
+if [ -L "$f" ] || [ ! -f "$f" ]; then echo "not a regular file (saphan follows no link there)"; exit 3; fi
+if [ "$(stat -c %u -- "$f")" != "$(id -u)" ]; then echo "not this account's"; exit 3; fi
+printf 'ident %s\\n' "$(stat -c '%i %s %Y' -- "$f")"
+head -c {limit} -- "$f"
+"""
+_FAR_WRITE = """\
+f={path}
+t="$f.saphan-$$"
+set -C
+if [ -L "$f" ] || [ ! -f "$f" ] || [ "$(stat -c '%i %s %Y' -- "$f")" != {ident} ]; then
+  echo changed; exit 0
+fi
+(umask 077; cat > "$t") || exit 4
+if [ "$(stat -c '%i %s %Y' -- "$f")" != {ident} ]; then rm -f -- "$t"; echo changed; exit 0; fi
+mv -f -- "$t" "$f" && echo written
+"""
+
+
+def refreshed(login: Login, url: str | None = None, place: Place | None = None
+              ) -> tuple[Login, str]:
     """The login after a refresh at the tool's token endpoint (``url``: the
     configured one), written back; and what happened, for the record. A
     refused grant raises ``agent-auth-rejected``; an endpoint that cannot be
@@ -161,8 +249,7 @@ def refreshed(login: Login, url: str | None = None) -> tuple[Login, str]:
         raise refusals.agent_auth_rejected(
             f"the {login.tool} seat's login session is dead: its token endpoint {target} "
             f"refused the refresh (HTTP {status}{_reason(answer, secrets)})",
-            f"log {login.tool} in again on the seat "
-            f"(`{'claude /login' if login.tool == 'claude' else 'codex login'}`), then run again")
+            f"log {login.tool} in again on the seat ({_login_verb(login.tool)}), then run again")
     if status is None or not 200 <= status < 300 or not isinstance(answer, dict):
         return login, _hide(f"not refreshed: {why or f'{target} answered HTTP {status}'}",
                             secrets)
@@ -186,10 +273,11 @@ def refreshed(login: Login, url: str | None = None) -> tuple[Login, str]:
             if isinstance(answer.get(k), str) and answer[k]:
                 t[k] = answer[k]
         data["last_refresh"] = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(now))
-    if not _write_back(login, data):
+    where = place or Here()
+    if not where.write(login, data):
         # the file changed meanwhile (the tool refreshed it itself): read what it holds now
-        return read(login.tool, login.path), "refreshed elsewhere meanwhile; read again"
-    return read(login.tool, login.path), f"refreshed at {target}"
+        return where.read(login.tool, login.path), "refreshed elsewhere meanwhile; read again"
+    return where.read(login.tool, login.path), f"refreshed at {target}"
 
 
 def _write_back(login: Login, data: dict[str, Any]) -> bool:

@@ -21,7 +21,7 @@ import pytest
 from integration.sshd.conftest import Remote, linked_projects
 from integration.sshd.sshhosts import FarHost
 from saphan.tools.session_key import session_key
-from tools.model_servers import MessagesServer, ResponsesServer
+from tools.model_servers import MessagesServer, ResponsesServer, TokenServer
 
 PINNED = "claude-opus-4-8"
 KEY = "sk-ant-far-test-key-0123456789"
@@ -340,6 +340,83 @@ def test_a_rejected_key_is_refused_from_the_runner_before_any_seat(far: Remote, 
     # without any key here and no login file there: missing, named
     r = _refused(far, "far1", "cl4", wd, far.s.env())
     assert "agent-auth-missing" in r.err and "ANTHROPIC_API_KEY" in r.err
+
+
+@contextmanager
+def far_claude_login(h: FarHost, oauth: dict[str, Any]) -> Iterator[Path]:
+    """The far user's ``~/.claude/.credentials.json`` holding ``oauth`` (an
+    earlier one kept aside and put back); yields its far path."""
+    creds = h.home / ".claude" / ".credentials.json"
+    kept = creds.with_name(".credentials.json.kept")
+    h.as_user("mkdir", "-p", str(creds.parent))
+    h.as_user("sh", "-c", f'[ -e "{creds}" ] && mv "{creds}" "{kept}" || true')
+    _plant_login(h, creds, oauth)
+    try:
+        yield creds
+    finally:
+        h.as_user("rm", "-f", str(creds))
+        h.as_user("sh", "-c", f'[ -e "{kept}" ] && mv "{kept}" "{creds}" || true')
+
+
+def _plant_login(h: FarHost, creds: Path, oauth: dict[str, Any]) -> None:
+    import os
+
+    p = h.far_path(creds)
+    p.unlink(missing_ok=True)
+    p.write_text(json.dumps({"claudeAiOauth": oauth}))
+    os.chown(p, h.uid, h.uid)
+    p.chmod(0o600)
+
+
+def test_a_far_login_seat_is_refreshed_from_here_and_checked_from_the_runner(
+        far: Remote, claude_bin: str) -> None:
+    """Item 6 on a runner: the far seat's login file is read over the SSH
+    connection, its expired token refreshed by the unconfined side here (a
+    scripted token endpoint on this host's loopback), written back there
+    owner-only, and the new token presented from the runner to the slot's
+    endpoint; a refused grant is agent-auth-rejected before any seat."""
+    import time
+
+    h = far.host("far1")
+    wd = h.mkdir("agents/login")
+    oauth = {"accessToken": "far-acc-1", "refreshToken": "far-ref-1",
+             "expiresAt": int((time.time() - 60) * 1000), "scopes": ["user:inference"]}
+    config = far.s.home / "config.toml"
+    before = config.read_text()
+    with TokenServer([(200, {"access_token": "far-acc-2", "refresh_token": "far-ref-2",
+                             "expires_in": 3600}), (400, {"error": "invalid_grant"})]) as tok, \
+            MessagesServer([("text", "never")], host=h.host_addr, reject_auth=True) as srv, \
+            far_loopback(h, srv.port) as url, far_claude_login(h, oauth) as creds:
+        config.write_text(before + f'\n[auth]\nclaude_token_url = "{tok.url}"\n')
+        try:
+            _claude_slot(far, "far1", claude_bin, url, slot="cl6")
+            r = _refused(far, "far1", "cl6", wd, far.s.env())
+            # refreshed here with the far file's refresh token, written back there
+            assert tok.bodies[0]["refresh_token"] == "far-ref-1"
+            stored = json.loads(h.far_path(creds).read_text())["claudeAiOauth"]
+            assert (stored["accessToken"], stored["refreshToken"]) == ("far-acc-2", "far-ref-2")
+            assert stored["scopes"] == ["user:inference"]
+            st = h.far_path(creds).stat()
+            assert st.st_mode & 0o777 == 0o600 and st.st_uid == h.uid
+            # the new token went to the endpoint from the runner (its curl), as Claude sends it
+            sent = {k.lower(): v for k, v in srv.get_headers[-1].items()}
+            assert sent["authorization"] == "Bearer far-acc-2"
+            assert "agent-auth-rejected" in r.err and srv.requests == []
+            rec = far.record()  # the refusal's, recorded before any seat
+            assert rec["refusal"]["class"] == "agent-auth-rejected"
+            assert "far-acc" not in json.dumps(rec) and "far-ref" not in json.dumps(rec)
+            assert "far-acc" not in r.err and "far-ref" not in r.err
+            # expired again, and the token endpoint refuses the grant: dead session
+            _plant_login(h, creds, {**oauth, "refreshToken": "far-ref-2"})
+            n = len(srv.get_headers)
+            r = _refused(far, "far1", "cl6", wd, far.s.env())
+            assert "agent-auth-rejected" in r.err and "login session is dead" in r.err
+            assert len(srv.get_headers) == n  # nothing presented to the endpoint
+            assert json.loads(h.far_path(creds).read_text())["claudeAiOauth"][
+                "refreshToken"] == "far-ref-2"
+        finally:
+            config.write_text(before)
+    assert far.ok("slot", "show", "far1", "cl6", "--json").json()["holders"] == []
 
 
 @pytest.mark.slow
