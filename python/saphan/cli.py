@@ -275,6 +275,7 @@ def machine_show(ctx: click.Context, name: str, as_json: bool) -> None:
     m = engine.machine(name)
     slots = engine.slots(name)
     facts = engine.machine_facts(name)
+    from saphan.fleet import machines
     from saphan.fleet.labels import all_labels
 
     every = all_labels(engine.ctx)
@@ -283,7 +284,7 @@ def machine_show(ctx: click.Context, name: str, as_json: bool) -> None:
         "labels": every.get((name, ""), {}),
         "slots": [{**s.as_dict(), "labels": every.get((name, s.name), {})} for s in slots],
         "facts": facts,
-        "agents": _agents_of(slots, facts),
+        "agents": machines.agents(engine.ctx, name, slots, facts),
     }
     if as_json:
         _emit_json(value)
@@ -302,9 +303,11 @@ def machine_show(ctx: click.Context, name: str, as_json: bool) -> None:
                    f"{s['max_sessions'] or '1 (default)'}  labels={_labels_text(s['labels'])}")
     click.echo("agents:" if value["agents"] else "agents: none delivered or configured")
     for a in value["agents"]:
-        measured = (f"sha256 {a['sha256']}, {a['version']}" if a.get("sha256")
-                    else "digest and version measured there at every run")
-        click.echo(f"  {a['tool']}: {a['path']} ({a['source']}; {measured})")
+        measured = (f"sha256 {a['sha256']}, {a['version'] or 'version not measured'}"
+                    if a.get("sha256") else "not run there yet; measured there at every run")
+        from saphan.confine.protected import printable
+
+        click.echo(printable(f"  {a['tool']}: {a['path']} ({a['source']}; {measured})"))
     click.echo("facts:" if value["facts"] else "facts: none measured")
     for kind, fact in value["facts"].items():
         if "unverified_value" in fact:  # signed by a key not held here (records.foreign_fact)
@@ -317,26 +320,6 @@ def machine_show(ctx: click.Context, name: str, as_json: bool) -> None:
             continue
         click.echo(f"  {kind}: {_emit_compact(fact['value'])} "
                    f"(measured {fact['measured_at']})")
-
-
-def _agents_of(slots: list[Any], facts: dict[str, Any]) -> list[dict[str, Any]]:
-    """The agent binaries a machine's runs use: each one delivered there
-    (its signed row: path, digest and version measured there), and each
-    slot's --agent-path (measured there at every run)."""
-    from saphan.site.far_agent import AGENT_FACT_PREFIX
-
-    out: list[dict[str, Any]] = []
-    for kind, fact in sorted(facts.items()):
-        if kind.startswith(AGENT_FACT_PREFIX) and "value" in fact:
-            v = fact["value"]
-            out.append({"tool": kind[len(AGENT_FACT_PREFIX):], "path": v.get("path"),
-                        "sha256": v.get("sha256"), "version": v.get("version"),
-                        "source": f"delivered {fact['measured_at']}"})
-    for s in slots:
-        if s.agent_path is not None:
-            out.append({"tool": s.tool, "path": s.agent_path, "sha256": None,
-                        "version": None, "source": f"slot {s.name}'s --agent-path"})
-    return out
 
 
 @machine.command("probe-confinement")

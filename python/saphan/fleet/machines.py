@@ -15,7 +15,7 @@ from typing import Any
 
 from saphan.context import Context
 from saphan.errors import UserError
-from saphan.store.rows import Machine
+from saphan.store.rows import Machine, Slot
 from saphan.timefmt import now_iso
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -283,4 +283,43 @@ def machine_facts(ctx: Context, name: str) -> dict[str, Any]:
         got = ctx.verified_fact(name, f.kind)
         if got is not None:
             out[f.kind] = {"value": got[0], "measured_at": got[1]}
+    return out
+
+
+def agents(ctx: Context, name: str, slots: list[Slot], facts: dict[str, Any]
+           ) -> list[dict[str, Any]]:
+    """The agent binaries a machine's runs use (``machine show``): each one
+    delivered there (its signed row: path, digest and version measured
+    there), and each slot's --agent-path with the digest and version the
+    runner reported for it at that slot's newest run whose record verifies
+    (re-measured there at every run; nothing is dialled here)."""
+    from saphan.records import verify_run_row
+    from saphan.site.far_agent import AGENT_FACT_PREFIX
+
+    out: list[dict[str, Any]] = []
+    for kind, fact in sorted(facts.items()):
+        if kind.startswith(AGENT_FACT_PREFIX) and "value" in fact:
+            v = fact["value"]
+            out.append({"tool": kind[len(AGENT_FACT_PREFIX):], "path": v.get("path"),
+                        "sha256": v.get("sha256"), "version": v.get("version"),
+                        "source": f"delivered {fact['measured_at']}"})
+    key: bytes | None = None
+    for s in slots:
+        if s.agent_path is None:
+            continue
+        entry: dict[str, Any] = {"tool": s.tool, "path": s.agent_path, "sha256": None,
+                                 "version": None, "source": f"slot {s.name}'s --agent-path"}
+        key = key or ctx.record_key()
+        for row in ctx.store.list_runs(20, machine=name, slot=s.name):
+            if row.live or not row.record_json:
+                continue
+            record, sig = verify_run_row(key, row)
+            agent = record.get("agent") if sig.get("status") == "valid" else None
+            if isinstance(agent, dict) and agent.get("path") == s.agent_path \
+                    and agent.get("sha256"):
+                entry.update(sha256=agent["sha256"], version=agent.get("version"),
+                             source=f"slot {s.name}'s --agent-path, measured there at run "
+                                    f"{row.id} ({row.started_at})")
+                break
+        out.append(entry)
     return out

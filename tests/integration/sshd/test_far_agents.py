@@ -175,6 +175,11 @@ def test_far_claude_writes_commits_is_refused_outside_and_the_key_stays_off_argv
     assert rec["claude_transcript"]["sha256"] and rec["session_dir"] == str(leaf)
     assert "ANTHROPIC_API_KEY" in rec["environment"]["set"]
     assert KEY not in json.dumps(rec)
+    # `machine show` lists the binary with what the runner measured at this run
+    shown = far.ok("machine", "show", "far1", "--json").json()
+    mine = [a for a in shown["agents"] if a["path"] == str(path)]
+    assert mine and mine[0]["sha256"] == rec["agent"]["sha256"]
+    assert mine[0]["version"] == rec["agent"]["version"] and rec["id"] in mine[0]["source"]
 
 
 @pytest.mark.slow
