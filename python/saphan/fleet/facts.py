@@ -35,6 +35,8 @@ from saphan.store.base import Store
 from saphan.store.rows import Fact, Machine
 
 SEQ_FILE = "fact-seq.json"
+#: the signed fact `machine deliver --agent TOOL` writes (fleet/delivery.py)
+AGENT_FACT_PREFIX = "agent:"
 #: a machine's verified fact of a kind (:func:`read` with a key and home
 #: bound), or None: how a cast reads rows (fleet/cast.py)
 FactReader = Callable[[Machine, str], "tuple[dict[str, Any], str] | None"]

@@ -293,8 +293,8 @@ def agents(ctx: Context, name: str, slots: list[Slot], facts: dict[str, Any]
     there), and each slot's --agent-path with the digest and version the
     runner reported for it at that slot's newest run whose record verifies
     (re-measured there at every run; nothing is dialled here)."""
+    from saphan.fleet.facts import AGENT_FACT_PREFIX
     from saphan.records import verify_run_row
-    from saphan.site.far_agent import AGENT_FACT_PREFIX
 
     out: list[dict[str, Any]] = []
     for kind, fact in sorted(facts.items()):

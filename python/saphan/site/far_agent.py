@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from saphan import refusals
 from saphan.errors import UserError
+from saphan.fleet.facts import AGENT_FACT_PREFIX
 from saphan.tools.binaries import AgentBinary
 
 if TYPE_CHECKING:
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
     from saphan.tools.adapter import Adapter
     from saphan.tools.instruction import Request
 
-#: the signed fact `machine deliver --agent TOOL` writes (fleet/delivery.py)
-AGENT_FACT_PREFIX = "agent:"
 #: the tools whose single executable saphan can deliver to a runner
 DELIVERABLE = ("codex", "loop")
 

@@ -260,7 +260,7 @@ def _login_seat(target: Target, where: str, token_url: str | None,
              "refresh": refresh}
     if target.tool == "claude" or seat.kind == "api-key":
         # presented as the tool presents it: the token (or key), to the endpoint
-        presented = replace(target, headers=logins.bearer_headers(seat), login_file=None)
+        presented = replace(target, headers=_presented(seat), login_file=None)
         checked = (check(presented, where=where) if conn is None
                    else far_check(conn, presented, where=where))
         return {**checked, "login": login}
@@ -270,6 +270,15 @@ def _login_seat(target: Target, where: str, token_url: str | None,
         result = ("accepted: the login token is current (not sent: a ChatGPT login's token "
                   "is for the tool's own backend, not this endpoint)")
     return {**_record(target, where, None, result), "login": login}
+
+
+def _presented(seat: Any) -> dict[str, str]:
+    """What the tool presents with a login file's token (Claude: with its
+    OAuth beta header); ``seat``: a tools.login.Login."""
+    if seat.tool == "claude":
+        return {"Authorization": f"Bearer {seat.access}", "anthropic-beta": ANTHROPIC_OAUTH_BETA,
+                "anthropic-version": ANTHROPIC_VERSION}
+    return {"Authorization": f"Bearer {seat.access}"}
 
 
 def far_login_check(conn: Runner, target: Target, *, where: str,

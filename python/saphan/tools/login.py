@@ -306,16 +306,6 @@ def _write_back(login: Login, data: dict[str, Any]) -> bool:
     return True
 
 
-def bearer_headers(login: Login) -> dict[str, str]:
-    """What the tool presents with this login (claude: its OAuth beta header)."""
-    from saphan.tools.auth import ANTHROPIC_OAUTH_BETA, ANTHROPIC_VERSION
-
-    if login.tool == "claude":
-        return {"Authorization": f"Bearer {login.access}", "anthropic-beta": ANTHROPIC_OAUTH_BETA,
-                "anthropic-version": ANTHROPIC_VERSION}
-    return {"Authorization": f"Bearer {login.access}"}
-
-
 def _post(url: str, body: dict[str, Any]) -> tuple[int | None, Any, str | None]:
     import http.client
     import ssl
