@@ -147,6 +147,7 @@ def test_far_claude_writes_commits_is_refused_outside_and_the_key_stays_off_argv
     script = [("write", str(wd / "hello.txt"), "from far claude\n"),
               ("write", str(wd / "i.sh"), f"{commit}\necho x > {outside} || echo refused\n"
                                           f"echo x > {above} || echo above-refused\n"
+                                          'echo "tmpdir=$TMPDIR"\n'
                                           f"{argv_probe(KEY, '--output-format')}\n"),
               ("shell", "sh i.sh"), ("text", "finished")]
     with MessagesServer(script, host=h.host_addr) as srv, \
@@ -175,6 +176,13 @@ def test_far_claude_writes_commits_is_refused_outside_and_the_key_stays_off_argv
     assert rec["claude_transcript"]["sha256"] and rec["session_dir"] == str(leaf)
     assert "ANTHROPIC_API_KEY" in rec["environment"]["set"]
     assert KEY not in json.dumps(rec)
+    # TMPDIR is inside the far workdir
+    tmpdir = next(x.split("=", 1)[1] for x in results.split() if x.startswith("tmpdir="))
+    assert tmpdir.startswith(str(wd) + "/"), tmpdir
+    # nothing was written to the runner's disk holding the key: not its home, not /tmp
+    found = h.in_view("grep", "-rlsF", "--", KEY, str(h.home), "/tmp", "/var/tmp",
+                      check=False)
+    assert found.returncode == 1 and found.stdout == "", found.stdout
     # `machine show` lists the binary with what the runner measured at this run
     shown = far.ok("machine", "show", "far1", "--json").json()
     mine = [a for a in shown["agents"] if a["path"] == str(path)]
