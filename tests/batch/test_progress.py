@@ -62,8 +62,8 @@ def test_line_done() -> None:
     assert line("done", DONE) == (
         "task t1: exited (exit 0) on m/s in 1.2 s, 30 tokens, $0.0100 (run R1)")
     assert line("done", REFUSED) == "task t2: refused [fleet-full] on m/s in 0.0 s (run R2)"
-    bare = _view(state="done", run_id="R3", outcome="error", error="boom")
-    assert line("done", bare, "no seat") == "task t1: error (exit None) in - (run R3): no seat"
+    bare = _view(state="done", run_id=None, outcome="error", error="boom")
+    assert line("done", bare, "boom") == "task t1: error: no run was made: boom"
 
 
 def test_line_requeued_names_the_last_run() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,12 @@ def test_a_policy_file_is_pinned_and_checked_before_the_task_runs(tmp_path: Path
         check_files(s)
     with pytest.raises(UserError, match="batch:1: 'permission_class'"):
         parse(_jsonl({"command": ["x"], "permission_class": str(tmp_path / "none.json")}))
+    # a directory or a FIFO is not a policy file: named, nothing written
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for odd in (tmp_path, fifo):
+        with pytest.raises(UserError, match="is not a regular file"):
+            parse(_jsonl({"command": ["x"], "egress_policy": str(odd)}))
 
 
 def test_parse_uses_the_current_directory_by_default(tmp_path: Path,

@@ -125,6 +125,8 @@ def task_view(ctx: Context, t: Task, row: RunRow | None = None, *,
         "usage": None, "signature": None,
     }
     if row is None:
+        if t.state == "done":
+            view["run_id"] = None  # the claim's id, but no run was made under it
         return view
     view["machine"], view["slot"] = row.machine, row.slot
     view["started_at"] = row.started_at

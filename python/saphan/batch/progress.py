@@ -101,6 +101,8 @@ def line(kind: str, v: dict[str, Any], note: str = "") -> str:
         text = f"claimed (run {run})"
     elif kind == "seated":
         text = f"running{where} (run {run})" if v["state"] == "claimed" else f"run {run}{where}"
+    elif kind == "done" and v["machine"] is None:
+        text = f"{v['outcome']}: no run was made"
     elif kind == "done":
         how = (f"[{v['refusal_class']}]" if v.get("refusal_class")
                else f"(exit {v['exit_code']})")

@@ -5,8 +5,9 @@
      "labels": {"zone": "eu"}, "max_seconds": 900}
 
 Every line is checked before anything is written: an unknown key, a value
-of the wrong kind, a duplicate id, or a task that cannot be asked of
-``saphan run`` names its line and writes nothing. Relative paths are
+of the wrong kind, a duplicate id, or a combination ``saphan run`` refuses
+names its line and writes nothing (what depends on the store — a machine,
+an image digest, a matching slot — is found when the task runs). Relative paths are
 resolved against the current directory now and stored absolute (a task
 with neither ``workdir`` nor ``repo`` gets the current directory), so the
 batch can be worked or resumed from anywhere; the SHA-256 of a
@@ -170,6 +171,7 @@ _POLICY_LIMIT = 1 << 20
 
 def _file_digest(path: str, at: str, key: str) -> str:
     import hashlib
+    import stat
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -177,6 +179,8 @@ def _file_digest(path: str, at: str, key: str) -> str:
         raise UserError(f"{at}: {key!r} {path}: {e.strerror or e} (a regular file, not a "
                         "link)") from None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UserError(f"{at}: {key!r} {path} is not a regular file")
         data = os.read(fd, _POLICY_LIMIT + 1)
     finally:
         os.close(fd)

@@ -3,13 +3,16 @@ free up (``saphan batch run | work | resume``).
 
     claim      one pending task for a new run id (Store.claim_task: one
                statement; on PostgreSQL ``FOR UPDATE SKIP LOCKED``)
-    child      ``python -m saphan.batch.child`` in a session of its own, the
-               task on its stdin: a cast of the task's tool that waits for a
-               seat (batch/child.py)
+    child      ``python -m saphan.batch.child`` in a session of its own,
+               the claim on its stdin (which stays open: its lifeline): it
+               reads its task from the store, checks its signature, and is a
+               cast of the task's tool that waits for a seat (batch/child.py)
     seated     the child's run row exists (it took a seat, or was refused);
-               only then is the next task claimed, so at most one child
-               waits for a seat: the running tasks are bounded by the free
-               seats, and by ``parallel``
+               a task is claimed only while fewer than STARTING children
+               have none, so at most STARTING wait for a seat (they start up
+               side by side: a child's start-up is most of a short task's
+               cost): the running tasks are bounded by the free seats, and
+               by ``parallel``
     reaped     the child exited: the claim is concluded from the run's row
                (batch/recover.py): done, or back to pending
     recover    every second, the claims nobody watches (a dead worker's)
@@ -17,9 +20,10 @@ free up (``saphan batch run | work | resume``).
 Ctrl-C (SIGINT, SIGTERM, SIGHUP): no task is claimed any more; each child
 is told SIGINT, which ends its run as ``saphan run`` ends one (recorded
 interrupted), and its task goes back to pending; the worker returns once
-every child has ended. A second signal kills what is left (SIGKILL); those
-runs are ended holder-dead by the next command, and recovered by the next
-worker. On SQLite one process works a batch (a lock beside the store).
+every child has ended. A second signal kills what is left (SIGKILL); the
+worker ends those runs holder-dead before it returns, and the next worker
+gives their tasks back. On SQLite one process works a batch (a lock beside
+the store).
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ if TYPE_CHECKING:
 SEAT_WAIT = 86_400.0
 #: how often the claims nobody watches are concluded
 RECOVER_EVERY = 1.0
+#: children that may be starting (no run row yet) at once
+STARTING = 2
+#: the loop's pause while a child starts up (else ``poll``)
+POLL_STARTING = 0.02
 #: what is kept of a child's standard output and error
 OUT_LIMIT, ERR_TAIL = 1 << 20, 4096
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -130,7 +138,8 @@ def work(ctx: Context, batch_id: str, *, parallel: int | None = None,
                 with contextlib.suppress(StoreError):
                     store.reopen()
                 continue
-            time.sleep(poll)
+            time.sleep(POLL_STARTING if any(not c.seated for c in children.values())
+                       else poll)
         if state.told >= 2:
             from saphan.run import live
 
@@ -189,7 +198,7 @@ def _step(ctx: Context, batch_id: str, me: Holder4, children: dict[int, _Child],
                 c.seated = True
                 emit(Event("seated", c.task, row))
     if ((parallel is None or len(children) < parallel)
-            and all(c.seated for c in children.values())
+            and sum(not c.seated for c in children.values()) < STARTING
             and time.monotonic() >= state.hold_until):
         claimed = store.claim_task(batch_id, new_run_id(), me)
         if claimed is not None:
