@@ -81,7 +81,7 @@ codex_token_url = "http://127.0.0.1:9/oauth/token"
 
 def test_a_token_url_in_the_clear_off_this_machine_is_refused(tmp_path: Path) -> None:
     """A refresh token never crosses the network in the clear."""
-    with pytest.raises(UserError, match="auth.codex_token_url"):
+    with pytest.raises(UserError, match=r"auth\.codex_token_url"):
         load(_write(tmp_path, '[auth]\ncodex_token_url = "http://auth.example/oauth/token"\n'))
 
 
