@@ -322,3 +322,27 @@ def test_two_postgres_workers_share_a_batch_and_recover_a_killed_one(
         assert v["run_id"] == victim["run_id"]
     # both workers ran tasks
     assert len({t["run_id"] for t in tasks.values()}) == 16
+
+
+def test_a_module_a_run_plants_in_the_default_workdir_is_never_imported(
+        saphan_sqlite: Saphan, tmp_path: Path) -> None:
+    """A task without a directory runs in the one `batch run` started in; a
+    run may write a Python module there. The next task's child (an
+    interpreter outside every jail) must not import it: it starts in the
+    workspace, without the current directory on its path."""
+    s = saphan_sqlite
+    _fleet(s, {"a": 1})
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    pwned = tmp_path / "pwned"
+    plant = "; ".join(f"printf 'open(%s, \"w\")\\n' \"'{pwned}'\" > {m}.py"
+                      for m in ("json", "signal", "subprocess", "saphan"))
+    path = tmp_path / "b.jsonl"
+    path.write_text("\n".join(json.dumps(t) for t in (
+        {"id": "plant", "command": ["sh", "-c", plant]},
+        {"id": "next", "command": ["true"]},
+        {"id": "last", "command": ["true"]})) + "\n")
+    r = s("batch", "run", str(path), "--json", cwd=str(wd))
+    assert r.code == 0, r.err
+    assert (wd / "json.py").exists()  # the run did write it, in its own directory
+    assert not pwned.exists()

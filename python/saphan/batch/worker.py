@@ -215,10 +215,13 @@ def _step(ctx: Context, batch_id: str, me: Holder4, children: dict[int, _Child],
 def _spawn(ctx: Context, t: Task, wait: float) -> _Child:
     order = {"home": str(ctx.workspace.home), "batch": t.batch, "seq": t.seq,
              "run_id": t.run_id, "wait": wait}
+    # -P: the current directory is not on the child's sys.path (a run may
+    # have written a module there), and the child starts in the workspace,
+    # which no run can write
     proc = subprocess.Popen(
-        [sys.executable, "-m", "saphan.batch.child"], stdin=subprocess.PIPE,
+        [sys.executable, "-P", "-s", "-m", "saphan.batch.child"], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-        close_fds=True)
+        close_fds=True, cwd=ctx.workspace.home)
     c = _Child(t, proc)
     for stream, into, keep_tail in ((proc.stdout, c.out, False), (proc.stderr, c.err, True)):
         th = threading.Thread(target=_drain, args=(stream, into, keep_tail), daemon=True)

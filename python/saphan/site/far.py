@@ -404,7 +404,8 @@ if [ -z "$key" ]; then
   exit 0
 fi
 emit session_key "$key"
-for p in "$ch" "$ch/projects" "$ch/projects/$key"; do
+for p in "$ch" "$ch/projects" "$ch/projects/$key" "$ch/session-env" \
+    ${{session:+"$ch/session-env/$session"}}; do
   # nothing is made through a link: the engine refuses the leaf by name
   if [ -L "$p" ]; then emit session_dir_link "$p"; emit session_dir "$p"; exit 0; fi
 done
