@@ -13,9 +13,12 @@ from typing import Any
 import pytest
 
 from saphan.batch import spec
-from saphan.batch.spec import check_files, describe, parse, parse_file, run_arguments
+from saphan.batch.spec import check_files, describe, parse, parse_file, pinned_files, run_arguments
 from saphan.errors import UserError
 from saphan.tools.instruction import Request
+
+#: a valid permission class (a batch checks the class when it is made)
+CLASS = '{"schema": 2, "allowed_commands": ["make"], "network": "open"}'
 
 
 def _jsonl(*tasks: object) -> bytes:
@@ -64,7 +67,7 @@ def test_crlf_lines() -> None:
 def test_relative_paths_made_absolute_against_cwd(tmp_path: Path) -> None:
     base = tmp_path / "base"
     base.mkdir()
-    (base / "pc.json").write_text("{}")
+    (base / "pc.json").write_text(CLASS)
     (tmp_path / "egress.json").write_text('{"v": 1}')
     data = _jsonl({"command": ["x"], "workdir": "rel/dir"},
                   {"tool": "codex", "prompt": "p", "repo": "r", "permission_class": "pc.json",
@@ -76,7 +79,7 @@ def test_relative_paths_made_absolute_against_cwd(tmp_path: Path) -> None:
     assert b["permission_class"] == f"{base}/pc.json"
     assert b["egress_policy"] == str(tmp_path / "egress.json")
     # the policy files' contents are pinned in the signed task
-    assert b["permission_class_sha256"] == hashlib.sha256(b"{}").hexdigest()
+    assert b["permission_class_sha256"] == hashlib.sha256(CLASS.encode()).hexdigest()
     assert b["egress_policy_sha256"] == hashlib.sha256(b'{"v": 1}').hexdigest()
     assert c["workdir"] == "/abs/wd"
     # names that are not paths are kept as given
@@ -91,13 +94,42 @@ def test_a_task_without_a_directory_gets_the_current_one_pinned() -> None:
     assert "workdir" not in r
 
 
+def test_a_class_naming_its_own_egress_policy_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "e.json").write_text("{}")
+    (tmp_path / "pc.json").write_text(json.dumps({
+        "schema": 4, "allowed_commands": ["make"], "network": "open",
+        "egress_policy": str(tmp_path / "e.json")}))
+    with pytest.raises(UserError, match="names an egress policy of its own"):
+        parse(_jsonl({"command": ["x"], "permission_class": "pc.json"}), cwd=str(tmp_path))
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(UserError, match="batch:1: permission class"):
+        parse(_jsonl({"command": ["x"], "permission_class": "bad.json"}), cwd=str(tmp_path))
+
+
+def test_the_run_loads_a_private_copy_of_the_signed_bytes(tmp_path: Path) -> None:
+    """Checked then opened again by path, a swapped file would be loaded:
+    the run gets a copy of exactly the bytes that were checked."""
+    pc = tmp_path / "pc.json"
+    pc.write_text(CLASS)
+    (_, s), = parse(_jsonl({"command": ["x"], "permission_class": str(pc)}),
+                    cwd=str(tmp_path)).tasks
+    pinned = pinned_files(s, str(tmp_path / "ws" / "batches" / "B"))
+    copy = Path(pinned["permission_class"])
+    assert copy.parent == tmp_path / "ws" / "batches" / "B" and copy.read_text() == CLASS
+    assert copy.stat().st_mode & 0o777 == 0o600
+    assert pinned_files(s, str(copy.parent))["permission_class"] == str(copy)  # again: same
+    pc.write_text(CLASS.replace('"open"', '"off"'))
+    with pytest.raises(UserError, match="changed since the batch was made"):
+        pinned_files(s, str(copy.parent))
+
+
 def test_a_policy_file_is_pinned_and_checked_before_the_task_runs(tmp_path: Path) -> None:
     pc = tmp_path / "pc.json"
-    pc.write_text("{}")
+    pc.write_text(CLASS)
     (_, s), = parse(_jsonl({"command": ["x"], "permission_class": str(pc)}),
                     cwd=str(tmp_path)).tasks
     check_files(s)  # unchanged: fine
-    pc.write_text('{"schema": 4}')
+    pc.write_text(CLASS.replace('"open"', '"off"'))
     with pytest.raises(UserError, match="changed since the batch was made"):
         check_files(s)
     pc.unlink()
@@ -321,7 +353,7 @@ def test_run_arguments_command() -> None:
 
 
 def test_run_arguments_command_with_permission_class(tmp_path: Path) -> None:
-    (tmp_path / "p.json").write_text("{}")
+    (tmp_path / "p.json").write_text(CLASS)
     (_, s), = parse(_jsonl({"command": ["x"], "repo": "/r", "base": "dev",
                             "permission_class": "p.json", "labels": {}}),
                     cwd=str(tmp_path)).tasks

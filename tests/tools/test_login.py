@@ -191,3 +191,54 @@ def test_a_login_file_changed_meanwhile_is_not_overwritten(tmp_path: Path) -> No
     assert note == "refreshed elsewhere meanwhile; read again"
     assert json.loads(p.read_text())["claudeAiOauth"]["refreshToken"] == "ref-tool"
     assert after.refresh == "ref-tool"
+
+
+def test_two_refreshes_of_one_seat_take_turns(tmp_path: Path) -> None:
+    """A refresh token is spent once: the second saphan waits for the
+    first's lock, then reads the file the first wrote (and finds it fresh)."""
+    import threading
+
+    p = _claude_login(tmp_path, expires_in=-1)
+    place = login.Here()
+    entered = threading.Event()
+
+    def hold() -> None:
+        with place.lock(str(p)):
+            entered.set()
+            time.sleep(0.5)
+
+    th = threading.Thread(target=hold)
+    th.start()
+    entered.wait(5)
+    t0 = time.monotonic()
+    with place.lock(str(p)):
+        waited = time.monotonic() - t0
+    th.join()
+    assert waited >= 0.4
+
+
+def test_hostile_numbers_and_echoed_tokens_do_not_crash_or_leak(tmp_path: Path,
+                                                               models: MessagesServer) -> None:
+    # an expiry that is not a sane number is no expiry (never a crash)
+    for bad in (float("1e400"), 10 ** 400, "soon", True, -5):
+        p = tmp_path / "claude-home" / ".credentials.json"
+        p.write_text(json.dumps({"claudeAiOauth": {"accessToken": "a", "expiresAt": bad}})
+                     if not isinstance(bad, float) else
+                     '{"claudeAiOauth": {"accessToken": "a", "expiresAt": 1e400}}')
+        assert login.read("claude", str(p)).expires_at is None
+    assert login._jwt_exp(_jwt(10 ** 400)) is None
+    # a refusal's text that echoes the refresh token, even cut, is withheld
+    _claude_login(tmp_path, expires_in=-1, refresh="R" * 40 + "-secret-refresh-token")
+    echo = "invalid_grant for " + "R" * 40 + "-secret-refresh-token"
+    with TokenServer([(400, {"error": echo})]) as tok:
+        target = auth.target_for(_claude(tmp_path, models.base_url))
+        assert target is not None
+        with pytest.raises(Refusal) as e:
+            auth.check(target, where="here", token_url=tok.url)
+    assert "RRRRRRRRRRRR" not in e.value.render()
+    # an absurd expires_in is not written as an expiry
+    p = _claude_login(tmp_path, expires_in=-1)
+    with TokenServer([(200, {"access_token": "acc-9", "expires_in": 1e300})]) as tok:
+        seat, note = login.refreshed(login.read("claude", str(p)), tok.url)
+    assert note.startswith("refreshed at") and seat.access == "acc-9"
+    assert [x for x in os.listdir(p.parent) if x.startswith(".")] == [".credentials.json"]

@@ -34,7 +34,7 @@ __all__ = ["EXIT_BAD_TASK", "EXIT_CLAIM_GONE", "EXIT_RETRY", "main"]
 
 
 def main() -> int:
-    from saphan.batch.spec import check_files, run_arguments
+    from saphan.batch.spec import pinned_files, run_arguments
     from saphan.engine import Engine
     from saphan.errors import Interrupted, TransportError, UserError
     from saphan.liveness import current_holder
@@ -65,8 +65,9 @@ def main() -> int:
                 "verify with this workspace's record key: it was not written by a holder of "
                 "the key (or was changed in the store since); nothing was run. Investigate "
                 "who can write the store"))
-        spec: dict[str, Any] = t.spec()
-        check_files(spec)
+        # the policy files' signed bytes, in private copies the run loads
+        spec: dict[str, Any] = pinned_files(
+            t.spec(), str(engine.workspace.home / "batches" / t.batch))
         argv, kwargs = run_arguments(spec)
         engine.run(spec.get("machine"), None, argv, stream=False, wait=float(order["wait"]),
                    run_id=order["run_id"], **kwargs)

@@ -160,6 +160,18 @@ def check_task(value: object, n: int, cwd: str, *, where: str = "batch") -> dict
     for key in _POLICY_FILES:
         if key in spec:
             spec[f"{key}_sha256"] = _file_digest(spec[key], at, key)
+    if "permission_class" in spec:
+        from saphan.refusals import Refusal
+        from saphan.tools.permission_class import load
+
+        try:
+            inner = load(spec["permission_class"]).egress_policy
+        except Refusal as r:  # an invalid class names its line
+            raise UserError(f"{at}: {r.message}") from None
+        if inner is not None:
+            raise UserError(f"{at}: the permission class names an egress policy of its own; in "
+                            "a batch give it as the task's 'egress_policy' (its bytes are "
+                            "pinned with the task)")
     return spec
 
 
@@ -171,6 +183,11 @@ _POLICY_LIMIT = 1 << 20
 
 def _file_digest(path: str, at: str, key: str) -> str:
     import hashlib
+
+    return hashlib.sha256(_file_bytes(path, at, key)).hexdigest()
+
+
+def _file_bytes(path: str, at: str, key: str) -> bytes:
     import stat
 
     try:
@@ -186,7 +203,20 @@ def _file_digest(path: str, at: str, key: str) -> str:
         os.close(fd)
     if len(data) > _POLICY_LIMIT:
         raise UserError(f"{at}: {key!r} {path} is over 1 MiB")
-    return hashlib.sha256(data).hexdigest()
+    return data
+
+
+def _signed_bytes(spec: dict[str, Any], key: str) -> bytes:
+    """The file's bytes, if they are still those signed with the task."""
+    import hashlib
+
+    data = _file_bytes(spec[key], "task", key)
+    now = hashlib.sha256(data).hexdigest()
+    if now != spec.get(f"{key}_sha256"):
+        raise UserError(f"the {key} file {spec[key]} changed since the batch was made "
+                        f"(SHA-256 {now}, signed {spec.get(f'{key}_sha256')}); the task is "
+                        "not run: make a new batch")
+    return data
 
 
 def check_files(spec: dict[str, Any]) -> None:
@@ -194,11 +224,33 @@ def check_files(spec: dict[str, Any]) -> None:
     (UserError naming the file otherwise: the task is not run)."""
     for key in _POLICY_FILES:
         if key in spec:
-            now = _file_digest(spec[key], "task", key)
-            if now != spec.get(f"{key}_sha256"):
-                raise UserError(f"the {key} file {spec[key]} changed since the batch was "
-                                f"made (SHA-256 {now}, signed {spec.get(f'{key}_sha256')}); "
-                                "the task is not run: make a new batch")
+            _signed_bytes(spec, key)
+
+
+def pinned_files(spec: dict[str, Any], into: str) -> dict[str, Any]:
+    """The task with each policy file it names replaced by a private copy of
+    the bytes signed with it, made in ``into`` (a directory of the
+    workspace, which no run can write): the run loads exactly what was
+    checked, never the operator's path again (UserError as check_files)."""
+    out = dict(spec)
+    for key in _POLICY_FILES:
+        if key not in spec:
+            continue
+        data = _signed_bytes(spec, key)
+        os.makedirs(into, mode=0o700, exist_ok=True)
+        copy = os.path.join(into, f"{key}-{spec[f'{key}_sha256'][:16]}.json")
+        try:
+            fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            fd = -1  # the same bytes, copied for an earlier task or attempt
+        if fd >= 0:
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        out[key] = copy
+    return out
 
 
 def run_arguments(spec: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:

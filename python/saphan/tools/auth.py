@@ -250,14 +250,20 @@ def _login_seat(target: Target, where: str, token_url: str | None,
 
     assert target.login_file is not None
     place: logins.Place = logins.Here() if conn is None else logins.Far(conn)
-    seat = place.read(target.tool, target.login_file)
-    refresh = "not due"
-    if seat.due():
-        seat, refresh = logins.refreshed(seat, token_url, place)
+    with place.lock(target.login_file):  # read, refresh and write back: one at a time
+        seat = place.read(target.tool, target.login_file)
+        refresh = "not due"
+        if seat.due():
+            seat, refresh = logins.refreshed(seat, token_url, place)
     until = (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seat.expires_at))
              if seat.expires_at is not None else None)
     login = {"file": target.login_file, "kind": seat.kind, "expires_at": until,
              "refresh": refresh}
+    if seat.kind == "api-key" and target.endpoint != _codex_default():
+        # Codex presents its login file's key to its built-in provider only
+        return {**_record(target, where, None,
+                          f"not checked: the login file's key is for {_codex_default()}, not "
+                          f"this provider; nothing was sent"), "login": login}
     if target.tool == "claude" or seat.kind == "api-key":
         # presented as the tool presents it: the token (or key), to the endpoint
         presented = replace(target, headers=_presented(seat), login_file=None)
@@ -270,6 +276,12 @@ def _login_seat(target: Target, where: str, token_url: str | None,
         result = ("accepted: the login token is current (not sent: a ChatGPT login's token "
                   "is for the tool's own backend, not this endpoint)")
     return {**_record(target, where, None, result), "login": login}
+
+
+def _codex_default() -> str:
+    from saphan.tools import codex
+
+    return codex.OPENAI_BASE_URL
 
 
 def _presented(seat: Any) -> dict[str, str]:

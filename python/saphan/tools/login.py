@@ -28,10 +28,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import math
 import os
 import shlex
 import stat
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -53,6 +55,8 @@ CODEX_REFRESH_AGE = 8 * 86400
 #: a login file larger than this is not read
 LIMIT = 1 << 20
 TIMEOUT = 15
+#: how long a refresh waits for another saphan's refresh of the same file
+LOCK_WAIT = 30.0
 
 
 @dataclass(frozen=True)
@@ -133,10 +137,8 @@ def parse(tool: str, path: str, raw: bytes, ident: tuple[int, int, int]) -> Logi
                                        "ended)")
         assert isinstance(o, dict)
         refresh = o.get("refreshToken") if isinstance(o.get("refreshToken"), str) else None
-        exp = o.get("expiresAt")
-        expires = exp / 1000 if isinstance(exp, (int, float)) and not isinstance(exp, bool) \
-            else None
-        return Login(tool, path, access, refresh or None, expires, data, ident)
+        exp = _sane(o.get("expiresAt"), 1000)
+        return Login(tool, path, access, refresh or None, exp, data, ident)
     tokens = data.get("tokens")
     access = tokens.get("access_token") if isinstance(tokens, dict) else None
     key = data.get("OPENAI_API_KEY")
@@ -155,7 +157,9 @@ class Place(Protocol):
 
     def read(self, tool: str, path: str) -> Login: ...
 
-    def write(self, login: Login, data: dict[str, Any]) -> bool: ...
+    def write(self, login: Login, data: dict[str, Any]) -> str: ...
+
+    def lock(self, path: str) -> contextlib.AbstractContextManager[None]: ...
 
 
 class Here:
@@ -164,17 +168,48 @@ class Here:
     def read(self, tool: str, path: str) -> Login:
         return read(tool, path)
 
-    def write(self, login: Login, data: dict[str, Any]) -> bool:
+    def write(self, login: Login, data: dict[str, Any]) -> str:
         return _write_back(login, data)
+
+    @contextlib.contextmanager
+    def lock(self, path: str) -> Iterator[None]:
+        """An exclusive flock on the login file (never through a link) while
+        it is read, refreshed and written back: two saphan processes never
+        spend one refresh token twice (a rotating endpoint would take the
+        second for theft and end the session). Waits up to LOCK_WAIT s."""
+        import fcntl
+
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            yield  # read() names what is wrong with it
+            return
+        try:
+            deadline = time.monotonic() + LOCK_WAIT
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise refusals.agent_auth_missing(
+                            f"the seat's login file {path} stayed locked by another saphan "
+                            f"for {LOCK_WAIT:.0f} s while its token was being refreshed",
+                            "run again once the other run has started") from None
+                    time.sleep(0.05)
+            yield
+        finally:
+            os.close(fd)
 
 
 class Far:
     """A runner's file, over its SSH connection: read by a far script (the
     final component no link, a regular file of the far account, its inode,
-    size and time with it) and written back by another, which replaces it
-    only while those are unchanged, through a new owner-only file made
-    without following anything (``set -C``). The tokens cross the channel:
-    never a far command line."""
+    size and time in nanoseconds with it) and written back by another,
+    which replaces it only while those are unchanged, through a new
+    owner-only file ``mktemp`` makes beside it. The tokens cross the
+    channel: never a far command line. No lock is held across the
+    connection (docs/tools.md)."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
@@ -183,45 +218,61 @@ class Far:
         done = self.conn.run(_FAR_READ.format(path=shlex.quote(path), limit=LIMIT + 1),
                              timeout=TIMEOUT + 20)
         out: bytes = done.stdout
-        head, _, raw = out.partition(b"\n")
-        if done.exit_code != 0 or not head.startswith(b"ident "):
-            why = (out.decode(errors="replace").strip() or done.stderr.decode(
-                errors="replace").strip() or f"exit {done.exit_code}")
-            raise _missing(tool, path, f"on {self.conn.name} cannot be read: {why[:200]}")
+        # the answer starts at saphan's own line: whatever the far login's
+        # start-up printed before it is skipped, and no byte after it (the
+        # file's, the tokens) ever reaches a message
+        at = out.find(b"saphan-login-ident ")
+        if done.exit_code != 0 or at < 0:
+            said = [line.decode(errors="replace")[len("saphan-login: "):][:160]
+                    for line in out.split(b"\n")[:20] if line.startswith(b"saphan-login: ")]
+            why = said[0] if said else f"no answer saphan can read (exit {done.exit_code})"
+            raise _missing(tool, path, f"on {self.conn.name} cannot be read: {why}")
+        head, _, raw = out[at:].partition(b"\n")
         try:
-            ino, size, mtime = (int(x) for x in head.split()[1:4])
-        except ValueError:
+            ino, size = (int(x) for x in head.split()[1:3])
+            mtime = int(head.split()[3].replace(b".", b""))
+        except (ValueError, IndexError):
             raise _missing(tool, path, f"on {self.conn.name}: an unreadable answer") from None
         return parse(tool, path, raw, (ino, size, mtime))
 
-    def write(self, login: Login, data: dict[str, Any]) -> bool:
+    def write(self, login: Login, data: dict[str, Any]) -> str:
         ino, size, mtime = login.identity
+        stamp = str(mtime)
+        shown = f"{ino} {size} {stamp[:-9] or '0'}.{stamp[-9:].rjust(9, '0')}"
         done = self.conn.run(_FAR_WRITE.format(path=shlex.quote(login.path),
-                                               ident=shlex.quote(f"{ino} {size} {mtime}")),
+                                               ident=shlex.quote(shown)),
                              stdin=json.dumps(data, indent=2).encode(), timeout=TIMEOUT + 20)
-        return bool(done.exit_code == 0 and done.stdout.strip() == b"written")
+        said = done.stdout.decode(errors="replace").strip().splitlines()
+        if done.exit_code == 0 and said[-1:] == ["written"]:
+            return "written"
+        if done.exit_code == 0 and said[-1:] == ["changed"]:
+            return "changed"
+        return f"the far write-back failed (exit {done.exit_code})"
+
+    @contextlib.contextmanager
+    def lock(self, path: str) -> Iterator[None]:
+        yield  # not held across the connection: see docs/tools.md
 
 
-# stat's %Y is seconds: the identity's time is whole seconds on a runner
+# the identity's time in nanoseconds (stat's %.9Y)
 _FAR_READ = """\
 f={path}
-if [ -L "$f" ] || [ ! -f "$f" ]; then echo "not a regular file (saphan follows no link there)"; exit 3; fi
-if [ "$(stat -c %u -- "$f")" != "$(id -u)" ]; then echo "not this account's"; exit 3; fi
-printf 'ident %s\\n' "$(stat -c '%i %s %Y' -- "$f")"
+if [ -L "$f" ] || [ ! -f "$f" ]; then
+  echo "saphan-login: not a regular file (saphan follows no link there)"; exit 3
+fi
+if [ "$(stat -c %u -- "$f")" != "$(id -u)" ]; then echo "saphan-login: not this account's"; exit 3; fi
+printf 'saphan-login-ident %s\\n' "$(stat -c '%i %s %.9Y' -- "$f")"
 head -c {limit} -- "$f"
 """
 _FAR_WRITE = """\
 f={path}
-t="$f.saphan-$$"
-set -C
-if [ -L "$f" ] || [ ! -f "$f" ] || [ "$(stat -c '%i %s %Y' -- "$f")" != {ident} ]; then
-  echo changed; exit 0
-fi
-(umask 077; cat > "$t") || exit 4
-if [ "$(stat -c '%i %s %Y' -- "$f")" != {ident} ]; then rm -f -- "$t"; echo changed; exit 0; fi
+same() {{ [ ! -L "$f" ] && [ -f "$f" ] && [ "$(stat -c '%i %s %.9Y' -- "$f")" = {ident} ]; }}
+same || {{ echo changed; exit 0; }}
+t=$(mktemp "$f.saphan.XXXXXXXX") || exit 4
+if ! cat > "$t"; then rm -f -- "$t"; exit 4; fi
+if ! same; then rm -f -- "$t"; echo changed; exit 0; fi
 mv -f -- "$t" "$f" && echo written
 """
-
 
 def refreshed(login: Login, url: str | None = None, place: Place | None = None
               ) -> tuple[Login, str]:
@@ -263,8 +314,9 @@ def refreshed(login: Login, url: str | None = None, place: Place | None = None
         o["accessToken"] = access
         if isinstance(answer.get("refresh_token"), str) and answer["refresh_token"]:
             o["refreshToken"] = answer["refresh_token"]
-        if isinstance(answer.get("expires_in"), (int, float)):
-            o["expiresAt"] = int((now + answer["expires_in"]) * 1000)
+        life = _sane(answer.get("expires_in"), 1)
+        if life is not None and life <= 10 * 365 * 86400:
+            o["expiresAt"] = int((now + life) * 1000)
         if isinstance(answer.get("scope"), str) and answer["scope"]:
             o["scopes"] = answer["scope"].split()
     else:
@@ -274,36 +326,53 @@ def refreshed(login: Login, url: str | None = None, place: Place | None = None
                 t[k] = answer[k]
         data["last_refresh"] = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(now))
     where = place or Here()
-    if not where.write(login, data):
+    wrote = where.write(login, data)
+    if wrote == "changed":
         # the file changed meanwhile (the tool refreshed it itself): read what it holds now
         return where.read(login.tool, login.path), "refreshed elsewhere meanwhile; read again"
+    if wrote != "written":
+        # the endpoint may have rotated the refresh token: say so, by name
+        raise refusals.agent_auth_rejected(
+            f"the {login.tool} seat's login was refreshed at {target}, but the new tokens "
+            f"could not be written back to {login.path}: {wrote}; the old refresh token may "
+            "no longer be valid",
+            f"free the seat's configuration home (space, permissions), then log {login.tool} "
+            f"in again on the seat ({_login_verb(login.tool)})")
     return where.read(login.tool, login.path), f"refreshed at {target}"
 
 
-def _write_back(login: Login, data: dict[str, Any]) -> bool:
-    """Replace the login file with ``data`` if it is still the file read."""
+def _write_back(login: Login, data: dict[str, Any]) -> str:
+    """Replace the login file with ``data`` if it is still the file read:
+    "written", "changed", or why it failed. The new file is made beside it
+    under an unpredictable name (O_EXCL: never through a link), owner-only,
+    and removed on every path that does not rename it."""
+    import tempfile
+
     path = login.path
-    d = os.path.dirname(path)
-    tmp = os.path.join(d, f".{os.path.basename(path)}.saphan-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
     try:
-        os.write(fd, json.dumps(data, indent=2).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".saphan-login-")
+    except OSError as e:
+        return f"cannot make a new file beside it ({e.strerror or e})"
+    renamed = False
     try:
+        try:
+            os.write(fd, json.dumps(data, indent=2).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         st = os.lstat(path)
         if (not stat.S_ISREG(st.st_mode)
                 or (st.st_ino, st.st_size, st.st_mtime_ns) != login.identity):
-            os.unlink(tmp)
-            return False
+            return "changed"
         os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return True
+        renamed = True
+        return "written"
+    except OSError as e:
+        return f"{e.strerror or e}"
+    finally:
+        if not renamed:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def _post(url: str, body: dict[str, Any]) -> tuple[int | None, Any, str | None]:
@@ -346,9 +415,14 @@ def _json(raw: bytes) -> Any:
 
 
 def _reason(answer: Any, secrets: tuple[str | None, ...]) -> str:
-    if isinstance(answer, dict) and isinstance(answer.get("error"), str):
-        return _hide(f": {answer['error'][:80]}", secrets)
-    return ""
+    """The endpoint's ``error`` for a message: the tokens hidden first, then
+    cut; withheld whole if a piece of a token (12 characters) is left."""
+    if not (isinstance(answer, dict) and isinstance(answer.get("error"), str)):
+        return ""
+    text = _hide(answer["error"], secrets)[:80]
+    if any(s[i:i + 12] in text for s in secrets if s for i in range(max(0, len(s) - 11))):
+        return ": (its answer withheld: it held a piece of a token)"
+    return f": {text}"
 
 
 def _hide(text: str, secrets: tuple[str | None, ...]) -> str:
@@ -368,8 +442,24 @@ def _jwt_exp(token: str) -> float | None:
         claims = json.loads(base64.urlsafe_b64decode(parts[1] + pad))
     except (ValueError, RecursionError):
         return None
-    exp = claims.get("exp") if isinstance(claims, dict) else None
-    return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None
+    return _sane(claims.get("exp") if isinstance(claims, dict) else None, 1)
+
+
+#: no expiry is believed beyond this (epoch seconds: the year 2286)
+_LATEST = 1e10
+
+
+def _sane(value: object, per_second: int) -> float | None:
+    """An epoch time as a login file or an answer gives it (``per_second``:
+    1000 for milliseconds), or None unless it is a finite number in range
+    (a hostile file or answer must not crash the pre-flight)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        seconds = float(value) / per_second
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) and 0 < seconds < _LATEST else None
 
 
 def _epoch(text: object) -> float | None:
