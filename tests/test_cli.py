@@ -368,6 +368,8 @@ def test_config_show_masks_a_postgresql_password(saphan_sqlite: Saphan) -> None:
         "codex.base_url": (None, "default"),
         "codex.env_key": (None, "default"),
         "cast.image_fresh_seconds": (86400, "default"),
+        "auth.claude_token_url": (None, "default"),
+        "auth.codex_token_url": (None, "default"),
     }
     text = s.ok("config", "show").out
     assert "hunter2" not in text
