@@ -407,7 +407,10 @@ emit session_key "$key"
 for p in "$ch" "$ch/projects" "$ch/projects/$key" "$ch/session-env" \
     ${{session:+"$ch/session-env/$session"}}; do
   # nothing is made through a link: the engine refuses the leaf by name
-  if [ -L "$p" ]; then emit session_dir_link "$p"; emit session_dir "$p"; exit 0; fi
+  if [ -L "$p" ]; then
+    [ -L "$ch" ] || emit config_home_real "$(cd "$ch" && pwd -P)"
+    emit session_dir_link "$p"; emit session_dir "$p"; exit 0
+  fi
 done
 if ! out=$( (umask 077; mkdir -p "$ch/projects/$key") 2>&1); then
   emit session_unresolved "cannot create $ch/projects/$key: $out"; exit 0

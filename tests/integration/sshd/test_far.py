@@ -50,11 +50,14 @@ def test_linked_projects_dir_is_refused_as_foreign(far: Remote) -> None:
     elsewhere = h.mkdir("elsewhere")
     with linked_projects(h, elsewhere) as claude:
         pf = _dial(far, "far2", wd)
-        assert pf.get("session_dir") == str(elsewhere / session_key(str(wd)))
+        # the link is named, and nothing is made through it
+        assert pf.get("session_dir_link") == pf.get("session_dir") == f"{claude}/projects"
+        assert list(h.far_path(elsewhere).iterdir()) == []
         with pytest.raises(Refusal) as e:
             verify_session_dir("far2", pf)
         assert e.value.cls == "session-dir-foreign"
         assert f"it is not {claude}/projects/{session_key(str(wd))}" in e.value.message
+        assert f"{claude}/projects is a link there" in e.value.message
 
 
 def test_long_workdir_uses_the_engines_hashed_key(far: Remote) -> None:
