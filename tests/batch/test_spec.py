@@ -398,3 +398,15 @@ def test_describe_escapes_control_characters() -> None:
     text = describe({"tool": "codex", "prompt": "a\x1b[31mred\nb\tc"})
     assert text == "codex: a?[31mred?b?c"
     assert all(c.isprintable() for c in text)
+
+
+def test_a_copy_cut_short_by_an_earlier_attempt_is_not_trusted(tmp_path: Path) -> None:
+    pc = tmp_path / "pc.json"
+    pc.write_text(CLASS)
+    (_, s), = parse(_jsonl({"command": ["x"], "permission_class": str(pc)}),
+                    cwd=str(tmp_path)).tasks
+    into = tmp_path / "ws" / "batches" / "B"
+    copy = Path(pinned_files(s, str(into))["permission_class"])
+    copy.write_text(CLASS[:10])  # a write cut short
+    assert Path(pinned_files(s, str(into))["permission_class"]).read_text() == CLASS
+    assert [p.name for p in into.iterdir()] == [copy.name]  # no temp file left

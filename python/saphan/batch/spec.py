@@ -18,6 +18,7 @@ checked before it runs. A task becomes the arguments of one cast run
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -239,16 +240,22 @@ def pinned_files(spec: dict[str, Any], into: str) -> dict[str, Any]:
         data = _signed_bytes(spec, key)
         os.makedirs(into, mode=0o700, exist_ok=True)
         copy = os.path.join(into, f"{key}-{spec[f'{key}_sha256'][:16]}.json")
+        # written whole, then renamed over: an existing copy (an earlier
+        # attempt's, perhaps cut short) is never trusted as it stands
+        import tempfile
+
+        fd, tmp = tempfile.mkstemp(dir=into, prefix=".copy-")
         try:
-            fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o600)
-        except FileExistsError:
-            fd = -1  # the same bytes, copied for an earlier task or attempt
-        if fd >= 0:
             try:
                 os.write(fd, data)
+                os.fsync(fd)
             finally:
                 os.close(fd)
+            os.replace(tmp, copy)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         out[key] = copy
     return out
 
