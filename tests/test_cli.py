@@ -22,7 +22,7 @@ from conftest import Result, Saphan
 VERBS = {
     "": ["batch", "config", "db", "doctor", "egress", "init", "lane", "launcher", "machine", "measure-base",
          "policy", "run",
-         "runs", "slot", "worktrees"],
+         "runs", "serve", "slot", "worktrees"],
     "batch": ["list", "resume", "run", "show", "work"],
     "config": ["check", "show"],
     "machine": ["add", "deliver", "list", "probe-confinement", "probe-container", "remove", "set",

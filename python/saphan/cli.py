@@ -1008,6 +1008,8 @@ def runs() -> None:
 @click.option("--machine", "machine_name", default=None, metavar="NAME",
               help="Only runs on machine NAME.")
 @click.option("--slot", "slot_name", default=None, metavar="NAME", help="Only runs on slot NAME.")
+@click.option("--tool", default=None, metavar="TOOL",
+              help="Only runs of TOOL (command, claude, codex, loop).")
 @click.option("--outcome", default=None, metavar="OUTCOME",
               help="Only runs that ended OUTCOME (exited, failed, refused, cancelled, ...).")
 @click.option("--since", default=None, metavar="WHEN",
@@ -1017,8 +1019,8 @@ def runs() -> None:
               help="Machine-readable output: every run with the same keys (null when empty).")
 @click.pass_context
 def runs_list(ctx: click.Context, limit: int, state: str | None, machine_name: str | None,
-              slot_name: str | None, outcome: str | None, since: str | None,
-              as_json: bool) -> None:
+              slot_name: str | None, tool: str | None, outcome: str | None,
+              since: str | None, as_json: bool) -> None:
     """List recent runs, newest first (the filters combine: all must hold).
 
     Every record is verified against the workspace record key. The SIG column
@@ -1032,7 +1034,7 @@ def runs_list(ctx: click.Context, limit: int, state: str | None, machine_name: s
     """
     from saphan.run import listing
 
-    wanted = listing.filters(state=state, machine=machine_name, slot=slot_name,
+    wanted = listing.filters(state=state, machine=machine_name, slot=slot_name, tool=tool,
                              outcome=outcome, since=since)
     records = _engine(ctx).runs(limit, **wanted)
     flagged = [r for r in records if r.signature_flagged]
@@ -1099,8 +1101,11 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(record.to_json())
     else:
+        from saphan.run.shown import record_lines
+
         try:
-            _show_record(record)
+            for line in record_lines(record):
+                click.echo(line)
         except (KeyError, TypeError, AttributeError, IndexError):
             if not record.signature_unverified:
                 raise
@@ -1109,141 +1114,6 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             click.echo(record.to_json())
     if record.signature_unverified:
         ctx.exit(REFUSAL_EXIT)
-
-
-def _cell(value: object) -> str:
-    """A value for text output: ``-`` when there is none (never ``None``)."""
-    return "-" if value is None or value == "" else str(value)
-
-
-def _show_record(record: RunRecord) -> None:
-    from saphan.confine.protected import printable
-    from saphan.records import INVALID_HEADLINE, MISSING_HEADLINE
-
-    def echo(text: object) -> None:
-        # A record holds what a run chose (names, its output, a loop's words):
-        # one line per field, control characters and newlines escaped, so no
-        # field can print a line of its own (a forged "signature: valid").
-        click.echo(printable(str(text)))
-
-    d = record.data
-    verified = d.get("signature") or {}
-    if record.signature_flagged:
-        echo(INVALID_HEADLINE if record.signature == "invalid" else MISSING_HEADLINE)
-        echo(f"  why:       {verified.get('message')}")
-        for m in verified.get("mismatched") or []:
-            echo(f"  mismatch:  {m['column']}: row {m['row']!r}, signed {m['signed']!r}")
-        echo(f"  fix:       {verified.get('remediation')}")
-    elif record.signature == "foreign":
-        echo(f"signed by key {verified.get('key_id')}, not held here: this record is not "
-             "verified here (and not invalid)")
-        echo(f"  why:       {verified.get('message')}")
-        echo(f"  fix:       {verified.get('remediation')}")
-    enforced = d.get("enforced_by")
-    echo(f"run:         {d['id']}")
-    echo(f"machine:     {d['machine']}  slot: {d['slot']}  ordinal: {_cell(d.get('session_ordinal'))}")
-    argv = d.get("argv")
-    if isinstance(argv, list) and len(argv) > 3 and argv[1] == "-c" \
-            and argv[3] == "saphan-measure-base":
-        # the driver's script is in the record (--json); its parameters show
-        argv = [argv[0], "-c", "<the measure-base driver>", *argv[3:]]
-    echo(f"tool:        {_cell(d.get('tool'))}  argv: {_emit_compact(argv)}")
-    echo(f"workdir:     {_cell(d.get('workdir'))}")
-    if d.get("worktree"):
-        w = d["worktree"]
-        echo(f"worktree:    {w['path']} on {w['branch']} from {w['base'][:12]} "
-                   f"({'kept' if w.get('kept') else 'removed'}; head {_cell(w.get('head_after'))[:12]})")
-    if enforced:
-        echo(f"enforced_by: {enforced['mechanism']} {enforced['version']} "
-                   f"({enforced['executable']} sha256:{enforced['executable_sha256']})")
-        if enforced.get("confirmation"):
-            echo(f"confirmed:   {enforced['confirmation']}")
-        if enforced.get("read_denials_and_carve_outs_by"):
-            outer = enforced["read_denials_and_carve_outs_by"]
-            echo(f"read denials by: {outer['mechanism']} {outer['version']}")
-    elif d.get("live") is not None:
-        echo("enforced_by: - (the run holds its seat; its boundary is not composed yet)")
-    else:
-        echo("enforced_by: nothing (the run did not start)")
-    for line in (enforced or {}).get("pinned_settings") or []:
-        echo(f"pinned:      {line}")
-    if d.get("tool_policy"):
-        echo(f"policy:      permission mode {d['tool_policy']['permission_mode']} "
-                   "(the tool's own policy, not a boundary)")
-    if d.get("resumes"):
-        echo(f"resumes:     run {d['resumes']['run']} (session {d['resumes']['session']})")
-    if d.get("lane"):
-        lane = d["lane"]
-        echo(f"lane:        {lane['name']}: {lane['model']} at {lane['base_url']} (key on a "
-                   f"pipe; ${lane['credential_env']} scrubbed)")
-    if d.get("loop"):
-        loop = d["loop"] if isinstance(d["loop"], dict) else {}
-        # written by the run (its result file): shown escaped, never trusted for shape
-        got_tokens = loop.get("tokens")
-        tokens: dict[str, Any] = got_tokens if isinstance(got_tokens, dict) else {}
-        echo(f"loop:        {loop.get('end')} after {loop.get('turns')} turn(s), "
-                   f"{loop.get('tool_calls')} tool call(s), {tokens.get('total', 0)} tokens, "
-                   f"{loop.get('redactions')} redaction(s): {loop.get('detail')}")
-        echo(f"transcript:  {loop.get('transcript')}")
-    if isinstance(d.get("usage"), dict):
-        from saphan.tools.usage import summary
-
-        echo(f"model:       {d.get('model')}  (pinned)" if d.get("model") else "model:       -")
-        echo(f"usage:       {summary(d['usage'])}")
-    if d.get("network"):
-        echo(f"network:     {d['network']}")
-    egress = d.get("egress")
-    if isinstance(egress, dict):
-        door = (egress.get("door") or {}).get("summary") or {}
-        if door:
-            echo(f"door:        {door.get('requests', 0)} request(s), "
-                 f"{door.get('allowed', 0)} allowed, {door.get('denied', 0)} denied; "
-                 f"audit: {door.get('audit_log')}")
-            for host in door.get("denied_hosts") or []:
-                echo(f"denied:      {host}")
-        if egress.get("agent_credential"):
-            echo(f"credential:  {egress['agent_credential']}")
-    for path in d.get("writable") or []:
-        echo(f"writable:    {path}")
-    for path in (d.get("policy") or {}).get("read_denials", []):
-        echo(f"unreadable:  {path}")
-    echo(f"started:     {_cell(d.get('started_at'))}")
-    live = d.get("live")
-    if live is not None:
-        holder, life = live.get("holder") or {}, live.get("liveness") or {}
-        echo(f"holder:      pid {_cell(holder.get('pid'))} on {_cell(holder.get('host'))} "
-             f"({life.get('state', 'unknown')}: {life.get('evidence', 'not read')})")
-        echo(f"finished:    - (live: {d.get('state')})")
-    else:
-        echo(f"finished:    {_cell(d.get('finished_at'))}")
-    from saphan.run.end import signal_text
-
-    echo(f"outcome:     {d.get('outcome') or '-'}  exit: {signal_text(d.get('exit_code'))}")
-    if d.get("refusal"):
-        echo(f"refusal:     [{d['refusal']['class']}] {d['refusal']['message']}")
-    for change in d.get("protected_changes") or []:
-        echo(f"protected:   {change.get('name')} ({change.get('what')})")
-    imported = (d.get("worktree") or {}).get("import") or {}
-    if imported:
-        why = f": {imported['why']}" if imported.get("why") else ""
-        echo(f"import:      {imported.get('result')} onto {imported.get('branch')}{why}")
-    for note in d.get("notes") or []:
-        echo(f"note:        {note}")
-    if isinstance(d.get("measure"), dict) and "result" in d["measure"]:
-        from saphan.measure.report import lines as measure_lines
-
-        for line in measure_lines(d["measure"]):
-            echo(line)
-    if record.signature == "valid":
-        echo("signature:   valid (HMAC-SHA256 with the workspace record key; the row's "
-                   "columns match)")
-    elif record.signature == "pending":
-        echo("signature:   pending (a live run: its record is signed when it ends)")
-    elif record.signature == "foreign":
-        echo(f"signature:   FOREIGN: signed by key {verified.get('key_id')}, not held here "
-             "(see the first line)")
-    else:
-        echo(f"signature:   {record.signature.upper()} (see the first line)")
 
 
 @runs.command("logs")
@@ -1553,6 +1423,32 @@ def launcher_path() -> None:
         raise click.ClickException("saphan-launcher not found; run ci/setup (it builds and "
                                    "packages it) or set SAPHAN_LAUNCHER")
     click.echo(p)
+
+
+# -- the dashboard ------------------------------------------------------------------
+
+@cli.command("serve")
+@click.option("--bind", "bind_text", default="127.0.0.1:8470", show_default=True,
+              metavar="HOST:PORT", help="Where to listen; port 0 picks a free one.")
+@click.option("--allow-remote", is_flag=True,
+              help="Allow a --bind that is not loopback (other machines can then reach it, "
+                   "with the token, over plain HTTP).")
+@click.pass_context
+def serve_cmd(ctx: click.Context, bind_text: str, allow_remote: bool) -> None:
+    """A read-only web view of this workspace's store: the fleet (machines,
+    signed facts, every slot's ordinals and who holds them), runs (filters,
+    pages, updated live), each run's record, output and diff, and batches.
+
+    It prints, once, the URL to open: it carries a token made anew at every
+    start, which every request needs (403 without it). It binds to loopback
+    unless --allow-remote; it never writes to the store and never serves a
+    file by path. Needs the optional extra: pip install 'saphan[serve]'.
+    Stop it with Ctrl-C. See docs/dashboard.md.
+    """
+    from saphan.serve.server import serve
+
+    serve(ctx.find_root().obj.get("home"), bind_text, allow_remote=allow_remote,
+          echo=lambda line: click.echo(line))
 
 
 # -- diagnostics: doctor, config --------------------------------------------------

@@ -31,10 +31,9 @@ if TYPE_CHECKING:
 class Engine:
     """saphan's operations on one workspace (``home``; default $SAPHAN_HOME or ~/.saphan)."""
 
-    def __init__(self, home: str | os.PathLike[str] | None = None):
-        self.workspace = Workspace.resolve(home)
-        # The first use of the store finishes what it missed (run/live.reconcile).
-        self.ctx = Context(self.workspace, on_open=_reconcile)
+    def __init__(self, home: str | os.PathLike[str] | None = None, *, reconcile: bool = True):
+        self.workspace = Workspace.resolve(home)  # reconcile: first use of the store finishes
+        self.ctx = Context(self.workspace, on_open=_reconcile if reconcile else None)  # run/live
 
     # -- workspace ---------------------------------------------------------------
     def init(self, database_url: str | None = None, *, key_file: str | None = None,
@@ -175,12 +174,12 @@ class Engine:
         from saphan.run import live
         return live.listing(self.ctx, limit, **filters)
 
-    def run_record(self, run_id: str) -> RunRecord:
+    def run_record(self, run_id: str, *, dial: bool = True) -> RunRecord:
         """One run's record (id, unique prefix or "last"), verified against the
         record key; check ``.signature`` ("valid" / "invalid" / "missing" / "pending").
-        A live run's carries ``live``: its holder, read where it runs (run/live.py)."""
+        A live run's carries ``live``: its holder, read where it runs (``dial``: over SSH)."""
         from saphan.run import live
-        return live.view(self.ctx, self.ctx.find_run(run_id), self.ctx.record_key(), dial=True)
+        return live.view(self.ctx, self.ctx.find_run(run_id), self.ctx.record_key(), dial=dial)
 
     def finalize(self, run_id: str, *, reason: str = "operator",
                  force: bool = False) -> RunRecord:

@@ -63,3 +63,25 @@ def parse_since(text: str, option: str = "--since") -> str:
         raise UserError(f"{option} {text!r} is not a date; give YYYY-MM-DD[THH:MM[:SS]] (UTC) "
                         "or a duration such as 2h or 7d") from None
     return f"{day}T{clock}"
+
+
+def age_text(iso: str, now: float | None = None) -> str:
+    """How long ago :func:`now_iso`'s ``iso`` was: ``42s ago``, ``3m ago``,
+    ``5h ago``, ``12d ago`` (``in the future`` when it is; ``?`` when it is
+    not such a time)."""
+    from datetime import UTC, datetime
+
+    try:
+        then = datetime.strptime(iso.rstrip("Z")[:26], "%Y-%m-%dT%H:%M:%S.%f")
+    except ValueError:
+        try:
+            then = datetime.strptime(iso.rstrip("Z")[:19], "%Y-%m-%dT%H:%M:%S")
+        except ValueError:
+            return "?"
+    seconds = (time.time() if now is None else now) - then.replace(tzinfo=UTC).timestamp()
+    if seconds < -1:
+        return "in the future"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit} ago"
+    return f"{int(max(0, seconds))}s ago"

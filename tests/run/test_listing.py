@@ -11,7 +11,10 @@ from saphan.run import listing
 
 
 def test_filters() -> None:
-    assert listing.filters() == {"machine": None, "slot": None, "outcome": None}
+    assert listing.filters() == {"machine": None, "slot": None, "outcome": None, "tool": None}
+    assert listing.filters(tool="claude")["tool"] == "claude"
+    with pytest.raises(UserError, match="--tool 'x' is unknown"):
+        listing.filters(tool="x")
     assert listing.filters(state="live")["live"] is True
     assert listing.filters(state="ended")["state"] == "ended"
     assert listing.filters(since="2026-11-30")["since"] == "2026-11-30T00:00:00"

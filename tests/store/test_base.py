@@ -193,6 +193,34 @@ def test_runs_are_listed_newest_first_with_a_limit(store: Store) -> None:
     assert store.runs_on_slot("m", "other") == []
 
 
+def test_runs_listing_filters_and_pages_by_cursor(store: Store) -> None:
+    _machine_and_slot(store, 1)
+    tools = ("command", "claude", "codex")
+    for i in range(9):
+        # two runs share each start time: the cursor breaks the tie by id
+        store.insert_refused_run(run_id=f"R{i}", machine="m", slot="s", tool=tools[i % 3],
+                                 workdir=None, holder=HOLDER, refusal_class="seat-full",
+                                 record_json="{}", at=f"2030-01-0{i // 2 + 1}T00:00:00Z")
+    newest = [r.id for r in store.list_runs(100)]
+    assert newest == ["R8", "R7", "R6", "R5", "R4", "R3", "R2", "R1", "R0"]
+    pages, before = [], None
+    while True:
+        page = store.list_runs(2, before=before)
+        if not page:
+            break
+        pages.append([r.id for r in page])
+        before = (page[-1].started_at, page[-1].id)
+    assert [rid for page in pages for rid in page] == newest  # every run once, in order, across the pages
+    assert [r.id for r in store.list_runs(10, tool="claude")] == ["R7", "R4", "R1"]
+    assert [r.id for r in store.list_runs(10, tool="claude", before=("2030-01-03T00:00:00Z",
+                                                                      "R5"))] == ["R4", "R1"]
+    assert [r.id for r in store.list_runs(10, tool="codex", outcome="refused", machine="m",
+                                          slot="s", state="refused")] == ["R8", "R5", "R2"]
+    assert store.list_runs(10, tool="loop") == []
+    assert store.list_runs(10, live=True) == []
+    assert [r.id for r in store.list_runs(10, since="2030-01-05")] == ["R8"]
+
+
 def test_no_runs_yet(store: Store) -> None:
     assert store.last_run() is None and store.list_runs() == [] and store.find_runs("") == []
 

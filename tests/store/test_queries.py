@@ -21,6 +21,9 @@ from saphan.store.rows import Fact, Machine, RunRow, Slot
 
 STATEMENTS = {name: value for name, value in vars(q).items()
               if name.isupper() and isinstance(value, str) and not name.endswith("_COLUMNS")}
+# The listing's template, with every filter clause it can be given (Store.list_runs).
+STATEMENTS["LIST_RUNS"] = q.LIST_RUNS.format(
+    where=" WHERE " + " AND ".join(q.RUN_FILTERS.values()))
 SEAT_PREDICATE = "ON CONFLICT (machine, slot, session_ordinal) WHERE finished_at IS NULL"
 
 
@@ -89,6 +92,25 @@ def test_each_statement_compiles_with_the_parameters_it_declares(migrated: Store
     finally:
         db.execute("DEALLOCATE saphan_check")
     assert params == [(n,)]
+
+
+@pytest.mark.parametrize("only", [None, *sorted(q.RUN_FILTERS)])
+def test_the_runs_listing_reads_an_index(tmp_path_factory: pytest.TempPathFactory,
+                                         only: str | None) -> None:
+    """Each filter alone, in the listing's order, is read through an index
+    (migration 10) on SQLite, never a scan of the table and a sort."""
+    store = open_store(f"sqlite:///{tmp_path_factory.mktemp('plan') / 'p.db'}",
+                       tmp_path_factory.mktemp("unused") / "x.db")
+    try:
+        where = f" WHERE {q.RUN_FILTERS[only]}" if only else ""
+        sql = q.LIST_RUNS.format(where=where)
+        plan = " | ".join(str(r[-1]) for r in store.db.execute(
+            f"EXPLAIN QUERY PLAN {sql}", (None,) * sql.count("?")))
+    finally:
+        store.close()
+    assert "USING INDEX" in plan or "USING COVERING INDEX" in plan, plan
+    if only not in ("live", "since", "state"):
+        assert "TEMP B-TREE" not in plan, plan  # no sort: the index gives the order
 
 
 @pytest.mark.parametrize(("columns", "row"), [

@@ -15,6 +15,10 @@ from saphan.errors import UserError
 
 #: --state: a row's state, or ``live`` (reserved or running: not finished)
 STATES = ("live", "reserved", "running", "ended", "refused")
+#: the outcomes a finished run's row can carry (--outcome takes these; the
+#: dashboard offers them)
+OUTCOMES = ("exited", "refused", "error", "cancelled", "interrupted", "holder-dead",
+            "finalized-by-operator")
 #: the top-level keys every listed run carries (null when it has none)
 RUN_KEYS = (
     "agent", "argv", "boundary_argv", "cancel", "composed_boundary", "confinement_setting",
@@ -31,9 +35,14 @@ HEADERS = ["id", "machine", "slot", "ord", "started", "outcome", "exit/class", "
 
 
 def filters(*, state: str | None = None, machine: str | None = None, slot: str | None = None,
-            outcome: str | None = None, since: str | None = None) -> dict[str, Any]:
+            tool: str | None = None, outcome: str | None = None,
+            since: str | None = None) -> dict[str, Any]:
     """Store.list_runs's keyword arguments for the options given."""
-    out: dict[str, Any] = {"machine": machine, "slot": slot, "outcome": outcome}
+    from saphan.tools import TOOLS
+
+    if tool is not None and tool not in TOOLS:
+        raise UserError(f"--tool {tool!r} is unknown; choose one of {', '.join(TOOLS)}")
+    out: dict[str, Any] = {"machine": machine, "slot": slot, "outcome": outcome, "tool": tool}
     if state is not None:
         if state not in STATES:
             raise UserError(f"--state {state!r} is unknown; choose one of {', '.join(STATES)}")

@@ -8,6 +8,9 @@ characters other than newline and tab are shown escaped (``\\x1b``): a
 run's bytes never drive the operator's terminal. With ``follow`` the copy
 goes on while the run's row is live and ends once it is finished, after
 what was written last.
+
+:func:`window` reads a part of one of them the same way (the dashboard's
+output tail, serve/): from an offset, or the last bytes, at most a limit.
 """
 
 from __future__ import annotations
@@ -70,6 +73,41 @@ class _Tail:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+@dataclass(frozen=True)
+class Window:
+    """Bytes ``start``..``end`` of a run's log, whose size was ``size`` when read."""
+
+    data: bytes
+    start: int
+    end: int
+    size: int
+
+
+def window(ctx: Context, run_id: str, stream: str, start: int | None, limit: int) -> Window:
+    """At most ``limit`` bytes of the run's ``stream`` log (stdout or stderr)
+    from byte ``start``, or its last ``limit`` bytes when ``start`` is None;
+    opened without following a link, a regular file only (else empty)."""
+    import stat
+
+    if stream not in STREAMS:
+        raise ValueError(f"no such stream {stream!r}")
+    path = ctx.workspace.run_dir(run_id) / f"{stream}.log"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return Window(b"", start or 0, start or 0, 0)  # a refused run has none
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return Window(b"", start or 0, start or 0, 0)
+        size = st.st_size
+        at = max(0, size - limit) if start is None else min(max(0, start), size)
+        data = os.pread(fd, min(limit, size - at), at) if size > at else b""
+    finally:
+        os.close(fd)
+    return Window(data, at, at + len(data), size)
 
 
 def copy(ctx: Context, row: RunRow, out: BinaryIO, err: BinaryIO, *, follow: bool = False,

@@ -430,15 +430,28 @@ class Store(BatchQueue):
         return [RunRow.from_row(r) for r in self.db.execute(q.FIND_RUNS_BY_PREFIX, (escaped + "%",))]
 
     def list_runs(self, limit: int = 50, *, state: str | None = None, live: bool = False,
-                  machine: str | None = None, slot: str | None = None,
-                  outcome: str | None = None, since: str | None = None) -> list[RunRow]:
+                  machine: str | None = None, slot: str | None = None, tool: str | None = None,
+                  outcome: str | None = None, since: str | None = None,
+                  before: tuple[str, str] | None = None) -> list[RunRow]:
         """The newest runs; each filter given (not None; ``live``: unfinished
-        only) narrows them; ``since`` bounds started_at (text, as stored)."""
-        if not any((state, live, machine, slot, outcome, since)):
-            return [RunRow.from_row(r) for r in self.db.execute(q.LIST_RUNS, (limit,))]
-        params = (state, state, 1 if live else 0, machine, machine, slot, slot, outcome,
-                  outcome, since, since, limit)
-        return [RunRow.from_row(r) for r in self.db.execute(q.LIST_RUNS_WHERE, params)]
+        only) narrows them; ``since`` bounds started_at (text, as stored);
+        ``before`` = (started_at, id) of the last run of the page before
+        (keyset paging: the runs after it in the listing's order)."""
+        clauses: list[str] = []
+        params: list[object] = []
+        given = {"state": state, "live": live or None, "machine": machine, "slot": slot,
+                 "tool": tool, "outcome": outcome, "since": since}
+        for name, value in given.items():
+            if value is not None:
+                clauses.append(q.RUN_FILTERS[name])
+                if name != "live":
+                    params.append(value)
+        if before is not None:
+            clauses.append(q.RUN_FILTERS["before"])
+            params.extend((before[0], before[0], before[1]))
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        sql = q.LIST_RUNS.format(where=where)
+        return [RunRow.from_row(r) for r in self.db.execute(sql, (*params, limit))]
 
     def ended_runs_until(self, until: str) -> list[RunRow]:
         """Every run that ended at or before ``until`` (text, as stored), oldest first."""

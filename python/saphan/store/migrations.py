@@ -275,6 +275,21 @@ MIGRATIONS: list[tuple[int, str, list[Statement]]] = [
             ),
         ],
     ),
+    (
+        10,
+        "runs-listing-indexes",
+        [
+            # The runs listing (`runs list`, the dashboard's runs page) in its
+            # order, narrowed by one filter or none, paged by (started_at, id):
+            # every such query reads an index in order (store/queries.py LIST_RUNS).
+            "CREATE INDEX runs_newest ON runs (started_at, id)",
+            "CREATE INDEX runs_machine_newest ON runs (machine, started_at, id)",
+            "CREATE INDEX runs_slot_newest ON runs (slot, started_at, id)",
+            "CREATE INDEX runs_tool_newest ON runs (tool, started_at, id)",
+            "CREATE INDEX runs_outcome_newest ON runs (outcome, started_at, id)",
+            "CREATE INDEX runs_state_newest ON runs (state, started_at, id)",
+        ],
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -116,14 +116,21 @@ RETURNING id"""
 SET_RECORD = "UPDATE runs SET record_json = ? WHERE id = ?"
 GET_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?"
 FIND_RUNS_BY_PREFIX = f"SELECT {RUN_COLUMNS} FROM runs WHERE id LIKE ? ESCAPE '!' ORDER BY id LIMIT 2"
-LIST_RUNS = f"SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, id DESC LIMIT ?"
-# `runs list` with filters: a NULL parameter matches every row (typed, for PostgreSQL).
-LIST_RUNS_WHERE = f"""
-SELECT {RUN_COLUMNS} FROM runs
-WHERE (CAST(? AS TEXT) IS NULL OR state = ?) AND (CAST(? AS INTEGER) = 0 OR finished_at IS NULL)
-  AND (CAST(? AS TEXT) IS NULL OR machine = ?) AND (CAST(? AS TEXT) IS NULL OR slot = ?)
-  AND (CAST(? AS TEXT) IS NULL OR outcome = ?) AND (CAST(? AS TEXT) IS NULL OR started_at >= ?)
-ORDER BY started_at DESC, id DESC LIMIT ?"""
+# `runs list` and the dashboard's runs page: the newest runs. Each filter
+# given adds its one fixed clause (Store.list_runs joins them with AND), so
+# the planner can use the indexes of migration 10; ``before`` is the keyset
+# cursor of a page: the runs older than (started_at, id).
+LIST_RUNS = f"SELECT {RUN_COLUMNS} FROM runs{{where}} ORDER BY started_at DESC, id DESC LIMIT ?"
+RUN_FILTERS = {
+    "state": "state = ?",
+    "live": "finished_at IS NULL",
+    "machine": "machine = ?",
+    "slot": "slot = ?",
+    "tool": "tool = ?",
+    "outcome": "outcome = ?",
+    "since": "started_at >= ?",
+    "before": "(started_at < ? OR (started_at = ? AND id < ?))",
+}
 # Runs that ended at or before a time (`saphan worktrees prune`), oldest first.
 ENDED_RUNS_UNTIL = f"""
 SELECT {RUN_COLUMNS} FROM runs

@@ -1,0 +1,76 @@
+"""serve/access.py: the bind, the token, the Host check, the startup line."""
+
+from __future__ import annotations
+
+import pytest
+
+from saphan.errors import UserError
+from saphan.serve import access
+
+
+def test_parse_bind_forms() -> None:
+    assert access.parse_bind("127.0.0.1:8470") == access.Bind("127.0.0.1", 8470)
+    assert access.parse_bind("[::1]:0") == access.Bind("::1", 0)
+    assert access.parse_bind("localhost:9") == access.Bind("localhost", 9)
+    assert access.Bind("::1", 5).url_host == "[::1]"
+
+
+@pytest.mark.parametrize("text", ["127.0.0.1", ":80", "127.0.0.1:", "127.0.0.1:http",
+                                  "127.0.0.1:70000", "a/b:80", "h st:80", "[]:80"])
+def test_parse_bind_refuses(text: str) -> None:
+    with pytest.raises(UserError, match="--bind"):
+        access.parse_bind(text)
+
+
+def test_loopback() -> None:
+    assert access.is_loopback("127.0.0.1")
+    assert access.is_loopback("127.8.9.10")
+    assert access.is_loopback("::1")
+    assert access.is_loopback("localhost")
+    assert not access.is_loopback("0.0.0.0")
+    assert not access.is_loopback("::")
+    assert not access.is_loopback("10.0.0.1")
+
+
+def test_non_loopback_bind_needs_allow_remote() -> None:
+    for host in ("0.0.0.0", "::", "192.0.2.7"):
+        with pytest.raises(UserError, match="--allow-remote"):
+            access.check_bind(access.Bind(host, 8470), allow_remote=False)
+        access.check_bind(access.Bind(host, 8470), allow_remote=True)
+    access.check_bind(access.Bind("127.0.0.1", 8470), allow_remote=False)
+
+
+def test_unresolvable_name_is_refused() -> None:
+    with pytest.raises(UserError, match="does not resolve"):
+        access.check_bind(access.Bind("no-such-host.invalid", 1), allow_remote=False)
+
+
+def test_token_is_new_and_compared_whole() -> None:
+    a, b = access.new_token(), access.new_token()
+    assert a != b and len(a) >= 40
+    assert access.token_ok(a, a)
+    assert not access.token_ok(b, a)
+    assert not access.token_ok(a[:-1], a)
+    assert not access.token_ok(a + "x", a)
+    assert not access.token_ok("", a)
+    assert not access.token_ok(None, a)
+    assert not access.token_ok("x" * 10_000, a)
+
+
+def test_host_check() -> None:
+    bind = access.Bind("127.0.0.1", 8470)
+    for ok in ("127.0.0.1:8470", "localhost:8470", "[::1]:8470", "127.0.0.1", "LOCALHOST:8470"):
+        assert access.host_ok(ok, bind, remote=False), ok
+    for bad in ("evil.example:8470", "127.0.0.1:8471", "attacker.localhost.evil:8470", "",
+                None, "[::1]:1", "0.0.0.0:8470"):
+        assert not access.host_ok(bad, bind, remote=False), bad
+    assert access.host_ok("dashboard.example:8470", bind, remote=True)
+
+
+def test_startup_lines_say_who_can_reach_it() -> None:
+    local = access.startup_lines(access.Bind("127.0.0.1", 5), 5, "TOKEN", False, "sqlite")
+    assert local[1].endswith("http://127.0.0.1:5/?token=TOKEN")
+    assert "loopback" in local[2]
+    far = access.startup_lines(access.Bind("0.0.0.0", 5), 5, "TOKEN", True, "sqlite")
+    assert "over the network" in far[2] and "unencrypted" in far[2]
+    assert access.cookie_name(5) != access.cookie_name(6)

@@ -1,0 +1,140 @@
+"""serve/reader.py: what the pages show, read through the Engine (on SQLite
+and PostgreSQL), without writing."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from saphan.engine import Engine
+from saphan.fleet import facts
+from saphan.ids import new_run_id
+from saphan.liveness import current_holder
+from saphan.records import sign_fact, signed_record_json
+from saphan.serve import reader
+from saphan.serve.params import RunFilters, cursor
+from saphan.store.rows import Fact
+from saphan.timefmt import now_iso
+
+
+@pytest.fixture
+def engine(engine_ctx: Any) -> Iterator[Engine]:
+    e = Engine(engine_ctx.workspace.home, reconcile=False)
+    e.add_machine("here", local=True)
+    e.add_slot("here", "s1", tool="command", max_sessions=2)
+    try:
+        yield e
+    finally:
+        e.close()
+
+
+def _refused(e: Engine, tool: str = "command") -> str:
+    rid = new_run_id()
+    record = {"id": rid, "machine": "here", "slot": "s1", "tool": tool, "session_ordinal": None,
+              "state": "refused", "outcome": "refused", "exit_code": None,
+              "refusal": {"class": "seat-full", "message": "m", "remediation": "r"}}
+    at = now_iso()
+    record.update(started_at=at, finished_at=at)
+    e.store.insert_refused_run(run_id=rid, machine="here", slot="s1", tool=tool, workdir="/w",
+                               holder=current_holder().as_tuple(), refusal_class="seat-full",
+                               record_json=signed_record_json(e.ctx.record_key(), record), at=at)
+    return rid
+
+
+def test_fleet_shows_every_ordinal_and_its_holder(engine: Engine) -> None:
+    rid = new_run_id()
+    held = engine.store.reserve(run_id=rid, machine="here", slot="s1", capacity=2,
+                                tool="command", workdir="/w", holder=current_holder().as_tuple())
+    assert held == 0
+    got = reader.fleet(engine)
+    (m,) = got["machines"]
+    assert m["name"] == "here" and m["address"] == "local" and got["live"] == 1
+    (s,) = m["slots"]
+    first, second = s["ordinals"]
+    assert first["held"] and first["run"] == rid and first["pid"] == os.getpid()
+    assert first["liveness"] == "alive"
+    assert not second["held"]
+    assert engine.store.get_run(rid).live  # type: ignore[union-attr]  # read, not reconciled
+
+
+def test_fact_statuses_are_shown_never_hidden(engine: Engine) -> None:
+    store, key, home = engine.store, engine.ctx.record_key(), engine.workspace.home
+    m = engine.machine("here")
+    facts.write(store, key, home, m, "landlock", {"level": 7, "floor": 3,
+                                                  "launcher_sha256": "ab" * 32}, now_iso())
+    good = facts.write(store, key, home, m, "runtime", {"name": "podman"}, now_iso())
+    store.put_fact(Fact(good.machine, good.kind, good.value_json.replace("podman", "evil"),
+                        good.measured_at, good.signature))  # edited in the store
+    other = sign_fact(b"k" * 32, "here", "vm_cpus", {"value": 64}, now_iso())
+    store.put_fact(other)
+    shown = {f["kind"]: f for f in reader.fleet(engine)["machines"][0]["facts"]}
+    assert shown["landlock"]["status"] == "valid"
+    assert "level=7" in shown["landlock"]["summary"] and shown["landlock"]["age"].endswith("ago")
+    assert shown["runtime"]["status"] == "invalid" and "evil" in shown["runtime"]["summary"]
+    assert "does not verify" in shown["runtime"]["message"] and shown["runtime"]["remediation"]
+    assert shown["vm_cpus"]["status"] == "foreign" and "not held here" in shown["vm_cpus"]["message"]
+
+
+def test_runs_are_paged_by_cursor(engine: Engine) -> None:
+    made = [_refused(engine, tool="claude" if i % 2 else "command") for i in range(5)]
+    first = reader.runs(engine, RunFilters(limit=2))
+    assert [r["id"] for r in first["rows"]] == made[::-1][:2]
+    assert first["rows"][0]["refusal_class"] == "seat-full"
+    assert first["rows"][0]["signature"] == "valid" and not first["rows"][0]["flagged"]
+    seen = [r["id"] for r in first["rows"]]
+    nxt = first["next"]
+    while nxt:
+        page = reader.runs(engine, RunFilters(limit=2, before=cursor(nxt)))
+        seen += [r["id"] for r in page["rows"]]
+        nxt = page["next"]
+    assert seen == made[::-1]
+    claude = reader.runs(engine, RunFilters(tool="claude"))
+    assert [r["id"] for r in claude["rows"]] == [made[3], made[1]] and claude["next"] is None
+
+
+def test_one_run_and_a_missing_one(engine: Engine) -> None:
+    rid = _refused(engine)
+    got = reader.run(engine, rid)
+    assert got["refusal"]["class"] == "seat-full" and got["diff"] is None
+    assert any(line.startswith("fix:") for line in got["lines"])
+    with pytest.raises(reader.NotFound):
+        reader.run(engine, new_run_id())
+    with pytest.raises(reader.NotFound):
+        reader.output(engine, new_run_id(), "stdout", None)
+    with pytest.raises(reader.NotFound):
+        reader.batch(engine, new_run_id())
+
+
+def test_output_window_is_whole_characters_escaped(engine: Engine) -> None:
+    rid = _refused(engine)
+    run_dir = engine.workspace.run_dir(rid)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    text = "é" * 40_000 + "\x1b[31m end\n"  # 80,000+ bytes: more than one window
+    (run_dir / "stdout.log").write_bytes(text.encode())
+    tail = reader.output(engine, rid, "stdout", None)
+    assert tail["end"] == tail["size"] and tail["text"].endswith("\\x1b[31m end\n")
+    assert not tail["text"].startswith("\ufffd")  # began at a character
+    parts, at = [], 0
+    while True:
+        w = reader.output(engine, rid, "stdout", at)
+        if not w["text"]:
+            break
+        parts.append(w["text"])
+        at = w["end"]
+    assert "".join(parts) == "é" * 40_000 + "\\x1b[31m end\n"  # no character cut in two
+    assert json.dumps(parts)  # JSON-safe text
+
+
+def test_a_planted_link_is_not_followed(engine: Engine, tmp_path: Any) -> None:
+    rid = _refused(engine)
+    run_dir = engine.workspace.run_dir(rid)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    secret = tmp_path / "secret"
+    secret.write_text("SECRET")
+    os.symlink(secret, run_dir / "stderr.log")
+    got = reader.output(engine, rid, "stderr", None)
+    assert got["text"] == "" and got["size"] == 0
