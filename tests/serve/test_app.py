@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -289,3 +290,24 @@ def test_served_over_either_store(saphan: Saphan, bwrap_available: None, tmp_pat
             served.get(f"/run/{rid}/output?stream=stdout").body)["text"]
         assert served.get("/runs?tool=command&outcome=exited&machine=here&slot=s1").status == 200
         assert f'data-run="{rid}"' not in served.get("/runs/rows?tool=claude").text
+
+
+@pytest.mark.postgres
+def test_a_store_that_comes_back_is_read_again(pg_own: Any, home: Path) -> None:
+    """PostgreSQL restarted under the dashboard: the requests while it is down
+    say so (503), and the next after it is back are served on new connections."""
+    pg_own.psql("CREATE DATABASE back")
+    s = Saphan(home)
+    s.ok("init", "--database-url", pg_own.url("back"))
+    s.ok("machine", "add", "here", "--local")
+    with serving(s) as served:
+        for _ in range(8):  # every worker thread has its connection open
+            assert served.get("/runs/rows").status == 200
+        pg_own.stop()
+        down = served.get("/runs/rows")
+        assert down.status == 503 and b"secret" not in down.body
+        pg_own.start()
+        answers = [served.get("/runs/rows").status for _ in range(12)]
+        # at most one request per worker thread finds its old connection gone
+        assert answers[-4:] == [200] * 4, answers
+        assert served.get("/").status == 200

@@ -96,7 +96,23 @@ class Readers:
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.pool, lambda: fn(self.engine(), *args))
+        return await loop.run_in_executor(self.pool, lambda: self._call(fn, *args))
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        from saphan.errors import StoreError
+
+        engine = self.engine()
+        try:
+            return fn(engine, *args)
+        except StoreError:
+            # The connection may be what failed (a PostgreSQL restart): this
+            # thread opens a new one for its next request.
+            self._local.engine = None
+            with self._lock:
+                if engine in self.settings.engines:
+                    self.settings.engines.remove(engine)
+            engine.close()
+            raise
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
@@ -229,7 +245,7 @@ def build(settings: Settings) -> tuple[Callable[[Scope, Receive, Send], Awaitabl
     async def run_record(request: Request) -> Response:
         params.only(q(request), ())
         rid = params.run_id(request.path_params["run_id"])
-        return HTMLResponse(html.record_body(await readers.read(reader.run, rid)))
+        return HTMLResponse(html.record_body(await readers.read(reader.run, rid, False)))
 
     async def run_output(request: Request) -> Response:
         query = q(request)

@@ -174,8 +174,9 @@ def _cost(usage: dict[str, Any] | None) -> str | None:
     return f"{total} tok {money}"
 
 
-def run(engine: Engine, run_id: str) -> dict[str, Any]:
-    """One run: its record, the lines `runs show` prints, its refusal, usage and diff."""
+def run(engine: Engine, run_id: str, diff: bool = True) -> dict[str, Any]:
+    """One run: its record, the lines `runs show` prints, its refusal, usage and
+    (``diff``) its branch's diff (run/diff.py; None for a run without --repo)."""
     from saphan.run.diff import branch_diff
     from saphan.run.shown import record_lines
 
@@ -197,7 +198,7 @@ def run(engine: Engine, run_id: str) -> dict[str, Any]:
     return {
         "row": row(r), "lines": lines, "shaped": shaped, "refusal": refusal,
         "usage": usage, "signature": verified, "live": d.get("live") is not None,
-        "diff": branch_diff(d, signature=r.signature),
+        "diff": branch_diff(d, signature=r.signature) if diff else None,
     }
 
 
