@@ -59,10 +59,11 @@ def test_token_is_new_and_compared_whole() -> None:
 
 def test_host_check() -> None:
     bind = access.Bind("127.0.0.1", 8470)
-    for ok in ("127.0.0.1:8470", "localhost:8470", "[::1]:8470", "127.0.0.1", "LOCALHOST:8470"):
+    for ok in ("127.0.0.1:8470", "localhost:8470", "[::1]:8470", "127.0.0.1", "LOCALHOST:8470",
+               "127.0.0.1:9000", "[::1]:1"):  # any port: an SSH tunnel's own
         assert access.host_ok(ok, bind, remote=False), ok
-    for bad in ("evil.example:8470", "127.0.0.1:8471", "attacker.localhost.evil:8470", "",
-                None, "[::1]:1", "0.0.0.0:8470"):
+    for bad in ("evil.example:8470", "attacker.localhost.evil:8470", "", None, "0.0.0.0:8470",
+                "127.0.0.1:80@evil.example", "127.0.0.1:x", "evil.example"):
         assert not access.host_ok(bad, bind, remote=False), bad
     assert access.host_ok("dashboard.example:8470", bind, remote=True)
 

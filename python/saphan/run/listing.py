@@ -17,8 +17,8 @@ from saphan.errors import UserError
 STATES = ("live", "reserved", "running", "ended", "refused")
 #: the outcomes a finished run's row can carry (--outcome takes these; the
 #: dashboard offers them)
-OUTCOMES = ("exited", "refused", "error", "cancelled", "interrupted", "holder-dead",
-            "finalized-by-operator")
+OUTCOMES = ("exited", "failed", "refused", "error", "cancelled", "time-limit-killed",
+            "interrupted", "holder-dead", "finalized-by-operator")
 #: the top-level keys every listed run carries (null when it has none)
 RUN_KEYS = (
     "agent", "argv", "boundary_argv", "cancel", "composed_boundary", "confinement_setting",

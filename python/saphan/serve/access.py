@@ -6,7 +6,8 @@
     new_token()               32 random bytes, URL-safe: a new one per start
     token_ok(given, token)    compared in constant time
     host_ok(host, bind)       a loopback bind answers only requests whose Host
-                              names a loopback address or ``localhost`` (a page
+                              names a loopback address or ``localhost``, on any
+                              port (an SSH tunnel's local one) (a page
                               elsewhere that re-points its own name at 127.0.0.1
                               — DNS rebinding — is turned away before the token
                               is even looked at)
@@ -113,7 +114,10 @@ def host_ok(host_header: str | None, bind: Bind, remote: bool) -> bool:
         port = rest[1:] if rest.startswith(":") else ""
     else:
         name, _, port = host.partition(":")
-    if port and port != str(bind.port):
+    # Any port: an SSH tunnel (ssh -L 9000:127.0.0.1:8470) arrives with its
+    # own. What the check is for is the name: a page whose name resolves to
+    # 127.0.0.1 sends that name.
+    if port and not port.isdigit():
         return False
     if name in _LOOPBACK_NAMES:
         return True

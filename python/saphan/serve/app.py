@@ -293,12 +293,14 @@ def build(settings: Settings) -> tuple[Callable[[Scope, Receive, Send], Awaitabl
 def _runs_and_choices(engine: Engine, f: params.RunFilters) -> tuple[dict[str, Any],
                                                                      dict[str, Any]]:
     from saphan.run.listing import OUTCOMES, STATES
+    from saphan.serve.params import PAGE_SIZES
     from saphan.tools import TOOLS
 
     slots = engine.slots()
     choices = {"state": STATES, "machine": sorted({m.name for m in engine.machines()}),
                "slot": sorted({s.name for s in slots}), "tool": TOOLS,
-               "outcome": sorted({*OUTCOMES, *([f.outcome] if f.outcome else [])})}
+               "outcome": sorted({*OUTCOMES, *([f.outcome] if f.outcome else [])}),
+               "limit": PAGE_SIZES}
     return reader.runs(engine, f), choices
 
 

@@ -175,6 +175,10 @@ def _filters_form(query: Mapping[str, str], choices: Mapping[str, Any]) -> str:
 
     fields = "".join(select(n, choices[n]) for n in ("state", "machine", "slot", "tool",
                                                        "outcome"))
+    size = query.get("limit", "50")
+    fields += ('<label>per page <select name="limit">' + "".join(
+        f'<option value="{n}"{" selected" if str(n) == size else ""}>{n}</option>'
+        for n in choices.get("limit", (50,))) + "</select></label>")
     return (f'<form class="filters" method="get" action="/runs">{fields}'
             '<button type="submit">filter</button> <a href="/runs">clear</a></form>')
 
@@ -324,6 +328,7 @@ tr.seat.held{background:#fff8e1}
 .diff .add{color:#075c1b;background:#e6ffec}.diff .del{color:#8a1313;background:#ffebe9}
 .diff .hunk{color:#555}
 .note{color:#555}
+pre.output.empty::before{content:"(no output)";color:#777}
 form.filters label{margin-right:.8em}
 """
 
@@ -359,7 +364,10 @@ SCRIPT = """
           end = w.end;
           if (w.end < w.size) { later(tick, 50); }
           else if (w.live) { later(tick, PERIOD / 2); }
-          else { el.setAttribute("data-done", "1"); }
+          else {
+            el.setAttribute("data-done", "1");
+            if (el.textContent === "") { el.className += " empty"; }
+          }
         })
         .catch(function () { later(tick, PERIOD); });
     }

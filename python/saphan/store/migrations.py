@@ -288,6 +288,10 @@ MIGRATIONS: list[tuple[int, str, list[Statement]]] = [
             "CREATE INDEX runs_tool_newest ON runs (tool, started_at, id)",
             "CREATE INDEX runs_outcome_newest ON runs (outcome, started_at, id)",
             "CREATE INDEX runs_state_newest ON runs (state, started_at, id)",
+            # live runs, newest first (the seat index is keyed by slot, not time)
+            "CREATE INDEX runs_live_newest ON runs (started_at, id) WHERE finished_at IS NULL",
+            # a prefix of runs_newest: PostgreSQL would pick it and sort
+            "DROP INDEX runs_started",
         ],
     ),
 ]

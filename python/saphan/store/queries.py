@@ -129,7 +129,8 @@ RUN_FILTERS = {
     "tool": "tool = ?",
     "outcome": "outcome = ?",
     "since": "started_at >= ?",
-    "before": "(started_at < ? OR (started_at = ? AND id < ?))",
+    # the bound first, so the index is entered at the cursor (not walked up to it)
+    "before": "started_at <= ? AND (started_at < ? OR id < ?)",
 }
 # Runs that ended at or before a time (`saphan worktrees prune`), oldest first.
 ENDED_RUNS_UNTIL = f"""
