@@ -1106,7 +1106,7 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         try:
             for line in record_lines(record):
                 click.echo(line)
-        except (KeyError, TypeError, AttributeError, IndexError):
+        except (KeyError, TypeError, AttributeError, IndexError, ValueError):
             if not record.signature_unverified:
                 raise
             # An edited record need not have the shape saphan writes: show it as stored.

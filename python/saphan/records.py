@@ -235,7 +235,7 @@ def verify_run_row(key: bytes, row: RunRow) -> tuple[dict[str, Any], dict[str, A
             f"(outcome {row.outcome}); nothing was signed"))
     try:
         record = json.loads(row.record_json)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's depth: not a record
         record = None
     if not isinstance(record, dict):
         return {"unparsed_record_json": row.record_json}, _flag("invalid", (

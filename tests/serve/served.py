@@ -38,23 +38,25 @@ class Reply:
 
 @dataclass
 class Served:
-    host: str
+    name: str  # the URL's host: the page's own name (s-<random>.localhost) or the bind's
     port: int
     token: str
     url: str
     proc: subprocess.Popen[str]
     startup: list[str] = field(default_factory=list)
+    host: str = "127.0.0.1"  # where the requests connect
 
     @property
     def base(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"http://{self.name}:{self.port}"
 
     def get(self, path: str, *, token: bool = True, headers: dict[str, str] | None = None,
             method: str = "GET") -> Reply:
-        """``path`` as written; with the token as a bearer header unless ``token`` is False."""
+        """``path`` as written, sent to 127.0.0.1 naming the page's own host (as a
+        browser sends it); with the token as a bearer header unless ``token`` is False."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
         try:
-            sent = {"Host": f"{self.host}:{self.port}"}
+            sent = {"Host": f"{self.name}:{self.port}"}
             if token:
                 sent["Authorization"] = f"Bearer {self.token}"
             sent.update(headers or {})
@@ -92,7 +94,7 @@ def serving(s: Saphan, *args: str, ready: float = 30.0) -> Iterator[Served]:
                 got += chunk
                 lines = got.decode("utf-8", "replace").splitlines()
         url = next(line.split("open:", 1)[1].strip() for line in lines if "open:" in line)
-        m = re.fullmatch(r"http://([0-9.]+):(\d+)/\?token=([A-Za-z0-9_-]+)", url)
+        m = re.fullmatch(r"http://([0-9a-z.-]+):(\d+)/\?token=([A-Za-z0-9_-]+)", url)
         assert m, url
         yield Served(m.group(1), int(m.group(2)), m.group(3), url, proc, lines)
     finally:

@@ -57,20 +57,30 @@ def test_token_is_new_and_compared_whole() -> None:
     assert not access.token_ok("x" * 10_000, a)
 
 
-def test_host_check() -> None:
-    bind = access.Bind("127.0.0.1", 8470)
-    for ok in ("127.0.0.1:8470", "localhost:8470", "[::1]:8470", "127.0.0.1", "LOCALHOST:8470",
-               "127.0.0.1:9000", "[::1]:1"):  # any port: an SSH tunnel's own
-        assert access.host_ok(ok, bind, remote=False), ok
-    for bad in ("evil.example:8470", "attacker.localhost.evil:8470", "", None, "0.0.0.0:8470",
-                "127.0.0.1:80@evil.example", "127.0.0.1:x", "evil.example"):
-        assert not access.host_ok(bad, bind, remote=False), bad
-    assert access.host_ok("dashboard.example:8470", bind, remote=True)
+def test_host_header_parsing() -> None:
+    assert access.host_of("127.0.0.1:8470") == ("127.0.0.1", "8470")
+    assert access.host_of("S-ab.LOCALHOST:9000") == ("s-ab.localhost", "9000")
+    assert access.host_of("[::1]:1") == ("::1", "1")
+    assert access.host_of("[::1]") == ("::1", "")
+    assert access.host_of("localhost") == ("localhost", "")
+    for bad in (None, "", "[127.0.0.1]x:1", "[::1", "127.0.0.1:80@evil.example", "h:x",
+                "h:123456", "a b:1", ":80", "h/x:1"):
+        assert access.host_of(bad) is None, bad
+
+
+def test_loopback_names_and_the_pages_own() -> None:
+    for ok in ("127.0.0.1", "127.9.9.9", "::1", "localhost", "localhost."):
+        assert access.is_loopback_name(ok), ok
+    for bad in ("evil.example", "0.0.0.0", "::", "s-0123.localhost", "localhost.evil"):
+        assert not access.is_loopback_name(bad), bad
+    a, b = access.new_name(), access.new_name()
+    assert a != b and a.startswith("s-") and a.endswith(".localhost") and len(a) == 28
 
 
 def test_startup_lines_say_who_can_reach_it() -> None:
-    local = access.startup_lines(access.Bind("127.0.0.1", 5), 5, "TOKEN", False, "sqlite")
-    assert local[1].endswith("http://127.0.0.1:5/?token=TOKEN")
+    local = access.startup_lines(access.Bind("127.0.0.1", 5), 5, "TOKEN", False, "sqlite",
+                                 "s-1.localhost")
+    assert local[1].endswith("http://s-1.localhost:5/?token=TOKEN")
     assert "loopback" in local[2]
     far = access.startup_lines(access.Bind("0.0.0.0", 5), 5, "TOKEN", True, "sqlite")
     assert "over the network" in far[2] and "unencrypted" in far[2]

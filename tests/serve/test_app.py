@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -63,24 +64,62 @@ def test_every_route_needs_the_token(served: Served) -> None:
         assert served.get(path).status == 200, path
 
 
-def test_the_token_in_the_url_becomes_a_cookie(served: Served) -> None:
+def test_the_token_in_the_url_becomes_a_cookie_of_the_pages_own_name(served: Served) -> None:
+    assert re.fullmatch(r"s-[0-9a-f]{16}\.localhost", served.name), served.url
     first = served.get(f"/runs?state=ended&token={served.token}", token=False)
     assert first.status == 303
     assert first.headers["location"] == "/runs?state=ended"  # the token leaves the address bar
     cookie = first.headers["set-cookie"]
     assert cookie.startswith(f"saphan-token-{served.port}={served.token};")
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-    again = served.get("/runs?state=ended", token=False,
-                       headers={"Cookie": cookie.split(";", 1)[0]})
+    jar = {"Cookie": cookie.split(";", 1)[0]}
+    again = served.get("/runs?state=ended", token=False, headers=jar)
     assert again.status == 200
     assert "set-cookie" not in again.headers  # no cookie beyond the token
     twice = served.get(f"/?token={served.token}&token={served.token}", token=False)
     assert twice.status == 403
+    # The same cookie under 127.0.0.1 or localhost (a name every local server
+    # shares: a cookie set there is sent to all of them) is not honoured...
+    for host in ("127.0.0.1", "localhost", "[::1]"):
+        other = {**jar, "Host": f"{host}:{served.port}"}
+        assert served.get("/runs", token=False, headers=other).status == 403, host
+        # ...and the token given there is sent on to the page's own name, no cookie set
+        moved = served.get(f"/runs?state=live&token={served.token}", token=False,
+                           headers={"Host": f"{host}:{served.port}"})
+        assert moved.status == 303 and "set-cookie" not in moved.headers
+        assert moved.headers["location"] == (
+            f"http://{served.name}:{served.port}/runs?state=live&token={served.token}")
+        # a program's bearer token is good on any loopback name
+        assert served.get("/runs", headers={"Host": f"{host}:{served.port}"}).status == 200
+
+
+def test_an_ssh_tunnel_port_keeps_the_name(served: Served) -> None:
+    tunnel = {"Host": f"{served.name}:9000"}
+    first = served.get(f"/?token={served.token}", token=False, headers=tunnel)
+    assert first.status == 303 and first.headers["location"] == "/"
+    moved = served.get(f"/?token={served.token}", token=False,
+                       headers={"Host": "127.0.0.1:9000"})
+    assert moved.headers["location"].startswith(f"http://{served.name}:9000/?token=")
+
+
+def test_the_token_exchange_redirects_only_to_this_dashboard(served: Served) -> None:
+    for path in ("//evil.example/x", "/\\evil.example", "/%2F%2Fevil.example",
+                 "http://evil.example/", "/runs/../..//evil.example"):
+        got = served.get(f"{path}?token={served.token}", token=False)
+        if got.status == 303:
+            where = got.headers["location"]
+            assert where.startswith("/") and not where.startswith("//"), (path, where)
+            assert "evil" not in where, (path, where)
+        else:
+            assert got.status in (400, 403, 404), (path, got.status)
 
 
 def test_foreign_host_and_writes_are_refused(served: Served) -> None:
-    rebound = served.get("/", headers={"Host": f"attacker.example:{served.port}"})
-    assert rebound.status == 403 and b"own address" in rebound.body
+    for host in (f"attacker.example:{served.port}", f"s-0000000000000000.localhost:{served.port}",
+                 f"[127.0.0.1]x:{served.port}", "127.0.0.1:80@evil.example", "",
+                 f"{served.name}.evil.example:{served.port}"):
+        rebound = served.get("/", headers={"Host": host})
+        assert rebound.status in (400, 403), host
     for method in ("POST", "PUT", "DELETE", "PATCH"):
         assert served.get("/runs", method=method).status == 405
     ok = served.get("/", headers={"Host": f"localhost:{served.port}"})

@@ -267,6 +267,14 @@ def test_no_token_is_403_and_the_startup_url_drops_its_token(browser: Any, serve
     assert browser.title == "fleet · saphan"
     # the cookie is not readable by a script (HttpOnly)
     assert browser.execute_script("return document.cookie") == ""
+    # the page has a name of its own (the browser resolves *.localhost itself), and the
+    # token opened on 127.0.0.1 is sent on to it: no cookie is ever set on 127.0.0.1
+    assert server.name.endswith(".localhost") and server.name.startswith("s-")
+    browser.get(f"http://127.0.0.1:{server.port}/runs?token={server.token}")
+    assert browser.current_url == server.base + "/runs", browser.current_url
+    assert _text(browser, "main h1") == "Runs"
+    browser.get(f"http://127.0.0.1:{server.port}/runs")
+    assert _text(browser, "body").startswith("403"), "a cookie reached 127.0.0.1"
     _shot(browser, tmp_path, "signed-in")
 
 
@@ -287,10 +295,12 @@ def test_fleet_shows_the_held_ordinal_and_its_holder(page: Any, workspace: Works
     assert cells[3] == str(workspace.live_proc.pid)
     assert cells[4] == socket.gethostname()
     assert seat.find_element(By.CSS_SELECTOR, ".life").text == "alive"
-    # the other slot's two ordinals are free
-    free = [r.get_attribute("data-ordinal") for r in slot.find_elements(By.CSS_SELECTOR,
-                                                                        "tr.seat.free")]
-    assert sorted(free) == ["0", "1"]
+    # the live run's seat is backed by its live record (not a row alone)
+    assert "row only" not in seat.text and "flagged" not in seat.get_attribute("class")
+    # the other slot's two ordinals are free: one row for the run of free seats
+    free = slot.find_elements(By.CSS_SELECTOR, "tr.seat.free")
+    assert [[c.text for c in r.find_elements(By.TAG_NAME, "td")][:2] for r in free] == [
+        ["0..1", "free (2 seats)"]]
     assert "1 live run(s)" in _text(page, "main")
     _shot(page, tmp_path, "fleet")
 

@@ -67,7 +67,8 @@ def test_fleet_body_escapes_names_and_facts() -> None:
                    "summary": EVIL, "message": EVIL, "remediation": EVIL}],
         "slots": [{"name": EVIL, "tool": "command", "capacity": 1, "labels": {},
                    "agent_pin": None, "ordinals": [
-                       {"ordinal": 0, "held": True, "over_capacity": False,
+                       {"ordinal": 0, "last": 0, "held": True, "over_capacity": False,
+                        "backed": False,
                         "run": "01" + "A" * 24, "tool": "command", "state": "running",
                         "pid": 5, "host": EVIL, "since": "t", "liveness": EVIL,
                         "evidence": EVIL}]}]}]}
@@ -79,12 +80,16 @@ def test_record_and_diff_are_text() -> None:
             "refusal": {"class": EVIL, "message": EVIL, "remediation": EVIL}, "usage": None,
             "signature": {"class": "record-signature-invalid", "message": EVIL,
                           "remediation": EVIL}, "live": True,
-            "diff": BranchDiff("+" + EVIL + "\n-\x1b[2Jgone\u202e\n", False, "a" * 40, "b" * 40,
-                               "1 file")}
+            "diff": BranchDiff("diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1,2 @@\n+" + EVIL
+                               + "\n-\x1b[2Jgone\u202e\n+++ b/looks-like-a-header\n", False,
+                               "a" * 40, "b" * 40, "1 file")}
     page = html.run_page("01" + "A" * 24, data, "db")
     _no_markup_from(page)
     assert "\x1b" not in page and "\u202e" not in page and "\\x1b[2J" in page
     assert '<span class="add">+&lt;script&gt;' in page and 'class="flag"' in page
+    # a changed line that starts like git's header is still a change; the header is not
+    assert '<span class="add">+++ b/looks-like-a-header</span>' in page
+    assert "\n+++ b/x\n" in page and '<span class="del">-\\x1b[2J' in page
     assert 'data-poll="/run/01' in page  # live: the record refreshes
 
 

@@ -138,3 +138,64 @@ def test_a_planted_link_is_not_followed(engine: Engine, tmp_path: Any) -> None:
     os.symlink(secret, run_dir / "stderr.log")
     got = reader.output(engine, rid, "stderr", None)
     assert got["text"] == "" and got["size"] == 0
+
+
+def test_the_fleet_page_follows_the_live_runs_not_the_capacity(engine: Engine) -> None:
+    engine.add_slot("here", "wide", tool="command", max_sessions=1_000_000)
+    rid = new_run_id()
+    assert engine.store.reserve(run_id=rid, machine="here", slot="wide", capacity=1_000_000,
+                                tool="command", workdir="/w",
+                                holder=current_holder().as_tuple()) == 0
+    wide = next(s for s in reader.fleet(engine)["machines"][0]["slots"] if s["name"] == "wide")
+    held, free = wide["ordinals"]
+    assert (held["ordinal"], held["held"], free["ordinal"], free["last"], free["held"]) == (
+        0, True, 1, 999_999, False)
+    # a row only: no live record signed here backs the seat (a forged row looks the same)
+    assert held["backed"] is False
+
+
+def test_ordinals_a_row_claims_past_the_capacity_are_one_row_each() -> None:
+    from saphan.records import RunRecord
+
+    far = RunRecord({"id": "X", "session_ordinal": 4_000_000, "live": {}})
+    got = reader._ordinals(2, [far])
+    assert [(o["ordinal"], o["last"], o["held"], o["over_capacity"]) for o in got] == [
+        (0, 1, False, False), (4_000_000, 4_000_000, True, True)]
+
+
+def _forge(e: Engine, record_json: str) -> str:
+    rid = _refused(e)
+    e.store.db.execute("UPDATE runs SET record_json = ? WHERE id = ?", (record_json, rid))
+    return rid
+
+
+def test_a_forged_row_is_flagged_never_fails_the_page(engine: Engine) -> None:
+    honest = _refused(engine)
+    nested = _forge(engine, "[" * 200_000)
+    shaped = json.dumps({"id": "x", "usage": {"cost_usd": "lots", "tokens": {"input": "many"}},
+                         "record_signature": "00"})
+    costly = _forge(engine, shaped)
+    rows = {r["id"]: r for r in reader.runs(engine, RunFilters())["rows"]}
+    assert rows[honest]["signature"] == "valid"
+    assert rows[nested]["flagged"] and rows[nested]["signature"] == "invalid"
+    assert rows[costly]["flagged"] and rows[costly]["cost"] == "0 tok -"
+    for rid in (nested, costly):
+        page = reader.run(engine, rid)
+        assert page["row"]["flagged"] and page["lines"]
+    assert reader.run(engine, nested)["cut"] is False
+
+
+def test_a_fact_that_cannot_be_read_is_one_flagged_row(engine: Engine) -> None:
+    engine.store.put_fact(Fact("here", "deep", "[" * 100_000, now_iso(),
+                               "ffffffffffffffff:00"))
+    (fact,) = reader.fleet(engine)["machines"][0]["facts"]
+    assert fact["kind"] == "deep" and fact["status"] in ("foreign", "invalid")
+
+
+def test_a_finished_log_ending_inside_a_character_is_read_to_its_end(engine: Engine) -> None:
+    rid = _refused(engine)
+    run_dir = engine.workspace.run_dir(rid)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "stdout.log").write_bytes(b"ok \xe2\x82")  # the run ended mid-character
+    got = reader.output(engine, rid, "stdout", 0)
+    assert got["end"] == got["size"] == 5 and got["text"].startswith("ok ")

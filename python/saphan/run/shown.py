@@ -10,7 +10,8 @@ Every line is made printable (confine/protected.printable): a record holds
 what a run chose — names, its output, a loop's words — so no field can make
 a line of its own (a forged "signature: valid"), and no byte of it drives a
 terminal. The caller catches KeyError/TypeError/AttributeError/IndexError for
-a record that does not verify and so need not have the shape saphan writes.
+a record that does not verify and so need not have the shape saphan writes
+(ValueError too: a string where a number was).
 """
 
 from __future__ import annotations

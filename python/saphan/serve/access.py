@@ -4,21 +4,31 @@
     check_bind(bind, remote)  a bind that is not loopback is refused unless
                               --allow-remote was given (UserError naming it)
     new_token()               32 random bytes, URL-safe: a new one per start
+    new_name()                ``s-<16 hex>.localhost``: the page's own host name,
+                              new at every start (a loopback bind)
     token_ok(given, token)    compared in constant time
-    host_ok(host, bind)       a loopback bind answers only requests whose Host
-                              names a loopback address or ``localhost``, on any
-                              port (an SSH tunnel's local one) (a page
-                              elsewhere that re-points its own name at 127.0.0.1
-                              — DNS rebinding — is turned away before the token
-                              is even looked at)
+    host_of(header)           the name in a Host header (any port: an SSH
+                              tunnel's local one), or None when malformed
     startup_lines(...)        what `saphan serve` prints once: the URL with the
                               token, and who can reach it
 
 The token travels as ``?token=`` in the URL printed at start; the first page
-opened with it sets one cookie (HttpOnly, SameSite=Strict, named for the
-port: two dashboards on one host keep their own) and redirects to the same
-page without it, so the token does not stay in the address bar or history.
-A program may send it as ``Authorization: Bearer TOKEN`` instead.
+opened with it sets one cookie (HttpOnly, SameSite=Strict) and redirects to
+the same page without it, so the token does not stay in the address bar. A
+program may send it as ``Authorization: Bearer TOKEN`` instead.
+
+Why a name of its own: a cookie is scoped to a host NAME, not to a port, so
+a cookie set by ``127.0.0.1:8470`` is sent to every server on 127.0.0.1 —
+another user's among them. Browsers resolve every ``*.localhost`` name to
+loopback themselves (RFC 6761; Chromium and Firefox do, without DNS), so a
+loopback dashboard is served as ``http://s-<random>.localhost:PORT/``: its
+cookie goes to that name only, which no other server is ever visited under.
+On a loopback bind the Host a request names must be that name (the cookie
+and ``?token=`` are honoured only there) or a loopback address or
+``localhost`` (a program with the bearer token; a ``?token=`` there is sent
+on to the name, with no cookie set). Any other Host — a page elsewhere that
+re-points its own name at 127.0.0.1 (DNS rebinding) — is turned away before
+the token is looked at.
 """
 
 from __future__ import annotations
@@ -102,23 +112,34 @@ def cookie_name(port: int) -> str:
 _LOOPBACK_NAMES = ("localhost", "localhost.")
 
 
-def host_ok(host_header: str | None, bind: Bind, remote: bool) -> bool:
-    """The request's Host names this dashboard (see the module docstring)."""
-    if remote:
-        return True
-    if not host_header:
-        return False
-    host = host_header.strip().lower()
+def new_name() -> str:
+    return f"s-{secrets.token_hex(8)}.localhost"
+
+
+def host_of(header: str | None) -> tuple[str, str] | None:
+    """(name, port) of a Host header (port "" when none given); None when it
+    is not ``NAME``, ``NAME:PORT``, ``[V6]`` or ``[V6]:PORT``."""
+    if not header:
+        return None
+    host = header.strip().lower()
     if host.startswith("["):
-        name, _, rest = host[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
+        name, sep, rest = host[1:].partition("]")
+        if not sep:
+            return None
+        if rest and not rest.startswith(":"):
+            return None
+        port = rest[1:]
     else:
         name, _, port = host.partition(":")
-    # Any port: an SSH tunnel (ssh -L 9000:127.0.0.1:8470) arrives with its
-    # own. What the check is for is the name: a page whose name resolves to
-    # 127.0.0.1 sends that name.
-    if port and not port.isdigit():
-        return False
+    if not name or (port and (not port.isdigit() or len(port) > 5)):
+        return None
+    if any(c in name for c in "@/\\ \t[]"):
+        return None
+    return name, port
+
+
+def is_loopback_name(name: str) -> bool:
+    """A Host name that means this machine without asking DNS."""
     if name in _LOOPBACK_NAMES:
         return True
     try:
@@ -127,9 +148,11 @@ def host_ok(host_header: str | None, bind: Bind, remote: bool) -> bool:
         return False
 
 
-def startup_lines(bind: Bind, port: int, token: str, remote: bool, store: str) -> list[str]:
-    url = f"http://{bind.url_host}:{port}/?token={token}"
-    if remote and not is_loopback(bind.host):
+def startup_lines(bind: Bind, port: int, token: str, remote: bool, store: str,
+                  name: str | None = None) -> list[str]:
+    """``name``: the loopback dashboard's own host name (:func:`new_name`)."""
+    url = f"http://{name or bind.url_host}:{port}/?token={token}"
+    if remote:
         who = (f"anyone who can reach {bind.url_host}:{port} over the network and has the "
                "token (plain HTTP: the token and the pages cross the network unencrypted)")
     else:

@@ -29,6 +29,7 @@ SQLite connection belongs to the thread that opened it.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 #: threads reading the store (each with its own Engine and connection)
 WORKERS = 4
+#: seconds a run's diff, once read, is shown again without running git
+DIFF_KEEP = 30.0
 HEADERS = {
     "content-security-policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -67,8 +70,9 @@ class Settings:
     home: str | None
     bind: access.Bind
     token: str
-    remote: bool
+    remote: bool  # --allow-remote on a bind that is not loopback: any Host is this one
     store: str  # the store's description, for the header
+    name: str = ""  # the page's own host name (a loopback bind; access.new_name)
     port: int = 0  # the port bound (the cookie is named for it)
     engines: list[Engine] = field(default_factory=list)
 
@@ -79,6 +83,8 @@ class Readers:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="saphan-serve")
+        self.diff_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="saphan-diff")
+        self._diffs: dict[tuple[str, str], tuple[float, Any]] = {}
         self._local = threading.local()
         self._lock = threading.Lock()
 
@@ -114,7 +120,28 @@ class Readers:
             engine.close()
             raise
 
+    async def diff(self, run_id: str, record: dict[str, Any], signature: str) -> Any:
+        """The run's diff (run/diff.py), on a thread of its own: a run decides
+        what its diff costs git (up to its time limit), so diffs wait for each
+        other, never for the pages; one read is kept :data:`DIFF_KEEP` seconds."""
+        import time
+
+        from saphan.run.diff import branch_diff
+
+        now = time.monotonic()
+        kept = self._diffs.get((run_id, signature))
+        if kept is not None and now - kept[0] < DIFF_KEEP:
+            return kept[1]
+        loop = asyncio.get_running_loop()
+        got = await loop.run_in_executor(
+            self.diff_pool, lambda: branch_diff(record, signature=signature))
+        if len(self._diffs) >= 64:
+            self._diffs.pop(next(iter(self._diffs)))
+        self._diffs[(run_id, signature)] = (time.monotonic(), got)
+        return got
+
     def close(self) -> None:
+        self.diff_pool.shutdown(wait=False, cancel_futures=True)
         self.pool.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             for e in self.settings.engines:
@@ -139,7 +166,11 @@ class Gate:
 
         s = self.settings
         headers = Headers(scope=scope)
-        if not access.host_ok(headers.get("host"), s.bind, s.remote):
+        host = access.host_of(headers.get("host"))
+        # own: the page's own name (loopback), or any name (--allow-remote on a
+        # non-loopback bind); the cookie and ?token= count only there
+        own = host is not None and (s.remote or host[0] == s.name)
+        if host is None or not (own or access.is_loopback_name(host[0])):
             await _plain(send, 403, "403: this dashboard answers only to its own address")
             return
         if scope["method"] not in ("GET", "HEAD"):
@@ -157,15 +188,22 @@ class Gate:
             if len(given) != 1 or not access.token_ok(given[0], s.token):
                 await _plain(send, 403, _NO_TOKEN)
                 return
+            rest = [(k, v) for k, v in query if k != "token"]
+            where = _safe_path(scope.get("raw_path", b"/"))
+            if not own:
+                # 127.0.0.1 or localhost: a cookie set here would go to every
+                # server on that name; on to the page's own name (same port)
+                port = host[1] or str(s.port)
+                await _redirect(send, f"http://{s.name}:{port}{where}?"
+                                      f"{urlencode([*rest, ('token', given[0])])}", None)
+                return
             # The token is swapped for the cookie, and the address bar keeps no token.
-            rest = urlencode([(k, v) for k, v in query if k != "token"])
-            where = scope.get("raw_path", b"/").decode("latin-1").split("?", 1)[0] or "/"
-            await _redirect(send, where + (f"?{rest}" if rest else ""),
+            await _redirect(send, where + (f"?{urlencode(rest)}" if rest else ""),
                             f"{access.cookie_name(s.port)}={s.token}; HttpOnly; "
                             "SameSite=Strict; Path=/")
             return
         if not (access.token_ok(bearer, s.token)
-                or access.token_ok(jar, s.token)):
+                or (own and access.token_ok(jar, s.token))):
             await _plain(send, 403, _NO_TOKEN)
             return
 
@@ -193,10 +231,26 @@ async def _plain(send: Send, status: int, text: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def _redirect(send: Send, location: str, cookie: str) -> None:
+def _safe_path(raw: bytes) -> str:
+    """The request's path for a redirect to this same dashboard: one of its
+    own routes' characters only, never ``//host`` or ``/\\host`` (which a
+    browser reads as another host); anything else is ``/``."""
+    path = raw.decode("latin-1").split("?", 1)[0]
+    parts = path.split("/")[1:]
+    if not _PATH.fullmatch(path) or any(p in ("", ".", "..") for p in parts[:-1]) \
+            or parts[-1] in (".", ".."):
+        return "/"  # no empty, . or .. segment: nothing a browser resolves elsewhere
+    return path
+
+
+_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")
+
+
+async def _redirect(send: Send, location: str, cookie: str | None) -> None:
+    extra = [(b"set-cookie", cookie.encode())] if cookie else []
     await send({"type": "http.response.start", "status": 303,
-                "headers": [(b"location", location.encode("latin-1")),
-                            (b"set-cookie", cookie.encode()), (b"content-length", b"0"),
+                "headers": [(b"location", location.encode("latin-1")), *extra,
+                            (b"content-length", b"0"),
                             *((k.encode(), v.encode()) for k, v in HEADERS.items())]})
     await send({"type": "http.response.body", "body": b""})
 
@@ -240,7 +294,9 @@ def build(settings: Settings) -> tuple[Callable[[Scope, Receive, Send], Awaitabl
     async def run_page(request: Request) -> Response:
         params.only(q(request), ())
         rid = params.run_id(request.path_params["run_id"])
-        return HTMLResponse(html.run_page(rid, await readers.read(reader.run, rid), store))
+        data = await readers.read(reader.run, rid, False)
+        data["diff"] = await readers.diff(rid, data["record"], data["signature_status"])
+        return HTMLResponse(html.run_page(rid, data, store))
 
     async def run_record(request: Request) -> Response:
         params.only(q(request), ())

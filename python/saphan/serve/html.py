@@ -116,13 +116,20 @@ def fleet_body(data: Mapping[str, Any]) -> str:
 
 def _ordinal(machine: str, slot: str, o: Mapping[str, Any]) -> str:
     over = " (over capacity)" if o["over_capacity"] else ""
+    n = f'{o["ordinal"]}' if o["last"] == o["ordinal"] else f'{o["ordinal"]}..{o["last"]}'
     if not o["held"]:
-        return (f'<tr class="seat free" data-ordinal="{o["ordinal"]}"><td>{o["ordinal"]}</td>'
-                f"<td>free{over}</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>")
+        many = o["last"] - o["ordinal"] + 1
+        what = "free" if many == 1 else f"free ({many:,} seats)"
+        return (f'<tr class="seat free" data-ordinal="{esc(o["ordinal"])}"><td>{esc(n)}</td>'
+                f"<td>{what}</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>")
     life = str(o["liveness"])
+    backed = "" if o["backed"] else (
+        ' <span class="badge bad" title="no live record signed here backs this row">'
+        "row only</span>")
     return (
-        f'<tr class="seat held" data-ordinal="{o["ordinal"]}"><td>{o["ordinal"]}</td>'
-        f"<td>held{over} <small>({esc(o['state'])})</small></td>"
+        f'<tr class="seat held{"" if o["backed"] else " flagged"}" '
+        f'data-ordinal="{esc(o["ordinal"])}"><td>{esc(n)}</td>'
+        f"<td>held{over} <small>({esc(o['state'])})</small>{backed}</td>"
         f'<td><a href="{url("/run/" + o["run"])}">{esc(o["run"])}</a></td>'
         f"<td>{esc(o['pid'])}</td><td>{esc(o['host'])}</td><td>{esc(o['since'])}</td>"
         f'<td><span class="life {esc(life)}">{esc(life)}</span> '
@@ -235,7 +242,9 @@ def record_body(data: Mapping[str, Any]) -> str:
             text = "usage present but not in the shape saphan writes"
         parts.append(f'<p class="usage">usage: {esc(text)}</p>')
     note = "" if data["shaped"] else "<p>not in the shape saphan writes; as stored:</p>"
-    parts.append(f'{note}<pre class="record">{esc(chr(10).join(data["lines"]))}</pre>')
+    cut = ('<p class="note">(cut: the record is larger than the page shows; '
+           "<code>saphan runs show ID --json</code> has all of it)</p>") if data.get("cut") else ""
+    parts.append(f'{note}<pre class="record">{esc(chr(10).join(data["lines"]))}</pre>{cut}')
     return "".join(parts)
 
 
@@ -249,11 +258,17 @@ def _diff(d: Any) -> str:
     note = f'<p class="note">{esc(d.note)}</p>' if d.note else ""
     if d.text is None:
         return head + note
-    lines = []
+    lines, in_hunk = [], False
     for line in terminal_safe(d.text).splitlines():
-        kind = ("add" if line.startswith("+") and not line.startswith("+++") else
-                "del" if line.startswith("-") and not line.startswith("---") else
-                "hunk" if line.startswith("@@") else "")
+        # a hunk's + and - lines are its changes; outside a hunk (git's own
+        # header lines) nothing is coloured, whatever a changed line starts with
+        if line.startswith("diff --git "):
+            in_hunk = False
+        elif line.startswith("@@"):
+            in_hunk = True
+        kind = ("hunk" if line.startswith("@@") else
+                "add" if in_hunk and line.startswith("+") else
+                "del" if in_hunk and line.startswith("-") else "")
         lines.append(f'<span class="{kind}">{html.escape(line)}</span>' if kind
                      else html.escape(line))
     cut = "<p class=\"note\">(cut at the size limit)</p>" if d.truncated else ""
@@ -285,18 +300,22 @@ def batch_body(report: Mapping[str, Any]) -> str:
     done = report["states"].get("done", 0)
     states = ", ".join(f"{k} {v}" for k, v in sorted(report["states"].items()))
     rows = []
+    from saphan.ids import is_run_id
+
     for t in tasks:
-        run = t.get("run")
-        link = (f'<a href="{url("/run/" + str(run))}">{esc(str(run)[:14])}…</a>'
-                if isinstance(run, str) and len(run) == 26 else esc(run))
+        run = t.get("run_id")
+        link = (f'<a href="{url("/run/" + run)}">{esc(run[:14])}…</a>'
+                if isinstance(run, str) and is_run_id(run) else esc(run))
         rows.append(
             f'<tr class="task {esc(t.get("state"))}"><td>{esc(t.get("seq"))}</td>'
-            f"<td>{esc(t.get('id'))}</td><td>{esc(t.get('state'))}</td><td>{link}</td>"
+            f"<td>{esc(t.get('id'))}</td><td>{esc(t.get('what'))}</td>"
+            f"<td>{esc(t.get('state'))}</td><td>{link}</td>"
             f"<td>{esc(t.get('machine'))}</td><td>{esc(t.get('outcome'))}</td>"
             f"<td>{esc(t.get('exit_code'))}</td><td>{_badge(str(t.get('signature')))}</td></tr>")
     return (f'<p>{esc(report["source"])} · <progress max="{len(tasks)}" value="{done}"></progress>'
             f" {done} of {len(tasks)} done ({esc(states)})</p>"
-            + table(["#", "task", "state", "run", "machine", "outcome", "exit", "signature"],
+            + table(["#", "task", "what", "state", "run", "machine", "outcome", "exit",
+                     "signature"],
                     rows))
 
 

@@ -63,7 +63,7 @@ def fleet(engine: Engine) -> dict[str, Any]:
         out.append({
             "name": m.name, "transport": m.transport, "address": m.address(),
             "labels": labels.get((m.name, ""), {}),
-            "facts": [_fact(engine, m, f, key) for f in ctx.store.list_facts(m.name)],
+            "facts": [_fact_or_flag(engine, m, f, key) for f in ctx.store.list_facts(m.name)],
             "slots": [{
                 "name": s.name, "tool": s.tool, "capacity": s.capacity,
                 "labels": labels.get((m.name, s.name), {}),
@@ -72,6 +72,21 @@ def fleet(engine: Engine) -> dict[str, Any]:
             } for s in mine],
         })
     return {"machines": out, "live": len(live_rows)}
+
+
+def _fact_or_flag(engine: Engine, m: Machine, f: Fact, key: bytes) -> dict[str, Any]:
+    """The fact as :func:`_fact` shows it; one that cannot even be read is one
+    flagged row (the page, and every other fact, still shown)."""
+    from saphan.errors import StoreError
+
+    try:
+        return _fact(engine, m, f, key)
+    except StoreError:
+        raise  # the store's failure is the page's (503), not this row's
+    except Exception as e:  # a forged row must not hide the fleet
+        return {"kind": f.kind, "measured_at": f.measured_at, "age": "?", "status": "invalid",
+                "message": f"the row cannot be read ({type(e).__name__}); it is not trusted",
+                "summary": ""}
 
 
 def _fact(engine: Engine, m: Machine, f: Fact, key: bytes) -> dict[str, Any]:
@@ -96,7 +111,7 @@ def _fact(engine: Engine, m: Machine, f: Fact, key: bytes) -> dict[str, Any]:
 def _summary_text(value_json: str) -> str:
     try:
         value = json.loads(value_json)
-    except ValueError:
+    except (ValueError, RecursionError):
         return value_json[:FACT_TEXT_LIMIT]
     return _summary(value) if isinstance(value, dict) else str(value)[:FACT_TEXT_LIMIT]
 
@@ -109,22 +124,32 @@ def _summary(value: dict[str, Any]) -> str:
 
 
 def _ordinals(capacity: int, holders: Sequence[RunRecord]) -> list[dict[str, Any]]:
-    by_ordinal = {r.data.get("session_ordinal"): r for r in holders}
-    count = max([capacity, *[o + 1 for o in by_ordinal if isinstance(o, int)]])
+    """Every ordinal, free or held: each held one a row, each run of free ones
+    between them ONE row (``ordinal``..``last``), so the page's size follows
+    the live runs, never a capacity (up to 1,000,000) or an ordinal a row claims."""
+    by_ordinal = {o: r for r in holders
+                  if isinstance(o := r.data.get("session_ordinal"), int) and o >= 0}
     out: list[dict[str, Any]] = []
-    for n in range(count):
-        r = by_ordinal.get(n)
-        if r is None:
-            out.append({"ordinal": n, "held": False, "over_capacity": n >= capacity})
-            continue
+    at = 0
+    for n in [*sorted(by_ordinal), None]:
+        end = capacity if n is None else min(n, capacity)
+        if end > at:
+            out.append({"ordinal": at, "last": end - 1, "held": False, "over_capacity": False})
+        if n is None:
+            break
+        at = max(at, n + 1)
+        r = by_ordinal[n]
         live = r.data.get("live") or {}
         holder, life = live.get("holder") or {}, live.get("liveness") or {}
-        out.append({"ordinal": n, "held": True, "over_capacity": n >= capacity, "run": r.id,
-                    "tool": r.data.get("tool"), "state": r.data.get("state"),
+        out.append({"ordinal": n, "last": n, "held": True, "over_capacity": n >= capacity,
+                    "run": r.id, "tool": r.data.get("tool"), "state": r.data.get("state"),
                     "pid": holder.get("pid"), "host": holder.get("host"),
                     "since": r.data.get("started_at"),
                     "liveness": life.get("state", "unknown"),
-                    "evidence": life.get("evidence", "no holder recorded")})
+                    "evidence": life.get("evidence", "no holder recorded"),
+                    # a row alone claims the seat unless a live record signed
+                    # here, for this very run, backs it (run/live.read_record)
+                    "backed": live.get("record_file") is not None})
     return out
 
 
@@ -187,19 +212,39 @@ def run(engine: Engine, run_id: str, diff: bool = True) -> dict[str, Any]:
     try:
         lines = record_lines(r)
         shaped = True
-    except (KeyError, TypeError, AttributeError, IndexError):
+    except Exception:
+        # A record that does not verify need not have the shape saphan
+        # writes (a string where a number was, nesting, anything): shown as
+        # stored. One that verifies was written by saphan: a failure is a bug.
         if not r.signature_unverified:
             raise
         lines, shaped = r.to_json().splitlines(), False
+    lines, cut = _bounded(lines)
     d = r.data
     refusal = d.get("refusal") if isinstance(d.get("refusal"), dict) else None
     usage = d.get("usage") if isinstance(d.get("usage"), dict) else None
     verified = d.get("signature") if isinstance(d.get("signature"), dict) else {}
     return {
-        "row": row(r), "lines": lines, "shaped": shaped, "refusal": refusal,
+        "row": row(r), "lines": lines, "shaped": shaped, "cut": cut, "refusal": refusal,
         "usage": usage, "signature": verified, "live": d.get("live") is not None,
         "diff": branch_diff(d, signature=r.signature) if diff else None,
+        "record": d, "signature_status": r.signature,
     }
+
+
+#: the most of a record's text a run page shows (a forged record can be any size)
+RECORD_TEXT_LIMIT = 256 << 10
+
+
+def _bounded(lines: list[str]) -> tuple[list[str], bool]:
+    out: list[str] = []
+    size = 0
+    for line in lines:
+        size += len(line) + 1
+        if size > RECORD_TEXT_LIMIT:
+            return out, True
+        out.append(line)
+    return out, False
 
 
 def output(engine: Engine, run_id: str, stream: str, start: int | None) -> dict[str, Any]:
@@ -219,7 +264,9 @@ def output(engine: Engine, run_id: str, stream: str, start: int | None) -> dict[
         while skip < min(3, len(data)) and 0x80 <= data[skip] < 0xC0:
             skip += 1
         data, at = data[skip:], at + skip
-    data = _whole(data)
+    if row_.live or w.end < w.size:
+        data = _whole(data)  # the rest of a character cut here is read next time
+    # else: the log is complete; a character it ends in the middle of never will be
     return {"text": terminal_safe(data.decode("utf-8", "replace")), "start": at,
             "end": at + len(data), "size": w.size, "live": row_.live}
 

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from saphan.errors import UserError
 from saphan.serve import access
 
+#: connections served at once (uvicorn's limit_concurrency)
+CONNECTIONS = 256
 EXTRA_HINT = ("saphan serve needs its optional parts, Starlette and uvicorn: "
               "pip install 'saphan[serve]'")
 
@@ -28,14 +30,19 @@ def check_extra() -> None:
         raise UserError(f"{EXTRA_HINT} (missing: {', '.join(missing)})")
 
 
-def listen(bind: access.Bind) -> socket.socket:
-    """A listening socket on ``bind`` (UserError naming the fix when it cannot be had)."""
+def listen(bind: access.Bind, allow_remote: bool = False) -> socket.socket:
+    """A listening socket on ``bind`` (UserError naming the fix when it cannot be
+    had); without ``allow_remote`` the address it binds must be loopback (the
+    name is resolved once, here: what was checked is what is bound)."""
     try:
         infos = socket.getaddrinfo(bind.host, bind.port, type=socket.SOCK_STREAM,
                                    proto=socket.IPPROTO_TCP)
     except OSError as e:
         raise UserError(f"--bind {bind.url_host}:{bind.port}: {e}") from None
     family, kind, proto, _name, address = infos[0]
+    if not allow_remote and not access.is_loopback(str(address[0])):
+        raise UserError(f"--bind {bind.url_host}:{bind.port} resolved to {address[0]}, not a "
+                        "loopback address; give --allow-remote to accept that")
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -69,17 +76,23 @@ def serve(home: str | None, bind_text: str, *, allow_remote: bool,
 
     from saphan.serve.app import Settings, build
 
-    sock = listen(bind)
-    port = int(sock.getsockname()[1])
+    sock = listen(bind, allow_remote)
+    bound, port = str(sock.getsockname()[0]), int(sock.getsockname()[1])
     bind = access.Bind(bind.host, port)
-    settings = Settings(home=home, bind=bind, token=access.new_token(), remote=allow_remote,
-                        store=description, port=port)
+    remote = not access.is_loopback(bound)
+    settings = Settings(home=home, bind=bind, token=access.new_token(), remote=remote,
+                        store=description, port=port,
+                        name="" if remote else access.new_name())
     app, readers = build(settings)
-    for line in access.startup_lines(bind, port, settings.token, allow_remote, description):
+    for line in access.startup_lines(bind, port, settings.token, remote, description,
+                                     settings.name or None):
         echo(line)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                             server_header=False, proxy_headers=False,
-                            timeout_graceful_shutdown=2)
+                            timeout_graceful_shutdown=2,
+                            # connections at once, past which uvicorn answers 503:
+                            # held-open requests cannot use up the descriptors
+                            limit_concurrency=CONNECTIONS)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
