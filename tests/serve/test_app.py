@@ -350,3 +350,37 @@ def test_a_store_that_comes_back_is_read_again(pg_own: Any, home: Path) -> None:
         # at most one request per worker thread finds its old connection gone
         assert answers[-4:] == [200] * 4, answers
         assert served.get("/").status == 200
+
+
+@pytest.mark.postgres
+def test_on_postgresql_every_operators_runs_are_shown(pg_server: Any, tmp_path: Path,
+                                                      tmp_path_factory: pytest.TempPathFactory,
+                                                      bwrap_available: None) -> None:
+    """Two control planes on one store with the fleet key: each one's dashboard
+    shows the other's runs, verified; a third with a key of its own is shown
+    foreign (flagged, not hidden)."""
+    name = f"fleet_{os.getpid()}_{time.monotonic_ns() % 10**9}"
+    pg_server.psql(f"CREATE DATABASE {name}")
+    url = pg_server.url(name)
+    a = Saphan(tmp_path_factory.mktemp("a") / "saphan")
+    a.ok("init", "--database-url", url)
+    a.ok("machine", "add", "here", "--local")
+    a.ok("slot", "add", "here", "s1", "--tool", "command", "--max-sessions", "2")
+    key = tmp_path / "fleet.key"
+    key.write_bytes((a.home / "record.key").read_bytes())
+    key.chmod(0o600)
+    b = Saphan(tmp_path_factory.mktemp("b") / "saphan")
+    b.ok("init", "--database-url", url, "--join", "--key-file", str(key))
+    c = Saphan(tmp_path_factory.mktemp("c") / "saphan")
+    c.ok("init", "--database-url", url)  # a key of its own
+    mine = _run(a, tmp_path / "wa", "echo from-a")
+    theirs = _run(b, tmp_path / "wb", "echo from-b")
+    other = _run(c, tmp_path / "wc", "echo from-c")
+    with serving(a) as served:
+        rows = served.get("/runs/rows").text
+        for rid, status in ((mine, "valid"), (theirs, "valid"), (other, "foreign")):
+            row = rows.split(f'data-run="{rid}"', 1)[1].split("</tr>", 1)[0]
+            assert f'data-signature="{status}"' in row, (rid, status)
+        # b's run: its record here, its output kept where it ran (not here)
+        assert "from-b" not in served.get(f"/run/{theirs}/output?stream=stdout").text
+        assert "signed by key" in served.get(f"/run/{other}").text
