@@ -107,3 +107,33 @@ def test_a_loop_run_through_the_api(tmp_path: Path,
     assert (wd / "note.txt").read_text() == "from the api\n"
     assert engine.remove_lane("L").name == "L" and engine.lanes() == []
     engine.close()
+
+
+def test_an_engine_that_only_reads_reconciles_nothing(tmp_path_factory: pytest.TempPathFactory
+                                                       ) -> None:
+    import subprocess
+
+    from saphan.ids import new_run_id
+    from saphan.liveness import boot_id, this_host
+
+    home = tmp_path_factory.mktemp("ro") / "ws"
+    writer = saphan.Engine(home=home)
+    writer.init()
+    writer.add_machine("here", local=True)
+    writer.add_slot("here", "s1", tool="command")
+    dead = subprocess.Popen(["true"])  # a pid that has ended
+    dead.wait()
+    rid = new_run_id()
+    writer.store.reserve(run_id=rid, machine="here", slot="s1", capacity=1, tool="command",
+                         workdir="/w", holder=(this_host(), dead.pid, 1, boot_id()))
+    writer.close()
+
+    reader = saphan.Engine(home=home, reconcile=False)
+    (shown,) = reader.runs()
+    assert shown.id == rid and shown.data["live"]["liveness"]["state"] == "dead"
+    assert reader.store.get_run(rid).live  # type: ignore[union-attr]  # left as it is
+    reader.close()
+
+    again = saphan.Engine(home=home)  # the first use of the store reconciles
+    assert again.runs()[0].outcome == "holder-dead"
+    again.close()

@@ -1433,8 +1433,11 @@ def launcher_path() -> None:
 @click.option("--allow-remote", is_flag=True,
               help="Allow a --bind that is not loopback (other machines can then reach it, "
                    "with the token, over plain HTTP).")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print the start as one JSON line: {"url", "name", "port", "token", '
+                   '"store", "reachable"}.')
 @click.pass_context
-def serve_cmd(ctx: click.Context, bind_text: str, allow_remote: bool) -> None:
+def serve_cmd(ctx: click.Context, bind_text: str, allow_remote: bool, as_json: bool) -> None:
     """A read-only web view of this workspace's store: the fleet (machines,
     signed facts, every slot's ordinals and who holds them), runs (filters,
     pages, updated live), each run's record, output and diff, and batches.
@@ -1448,7 +1451,7 @@ def serve_cmd(ctx: click.Context, bind_text: str, allow_remote: bool) -> None:
     from saphan.serve.server import serve
 
     serve(ctx.find_root().obj.get("home"), bind_text, allow_remote=allow_remote,
-          echo=lambda line: click.echo(line))
+          echo=lambda line: click.echo(line), as_json=as_json)
 
 
 # -- diagnostics: doctor, config --------------------------------------------------

@@ -78,10 +78,13 @@ def test_loopback_names_and_the_pages_own() -> None:
 
 
 def test_startup_lines_say_who_can_reach_it() -> None:
-    local = access.startup_lines(access.Bind("127.0.0.1", 5), 5, "TOKEN", False, "sqlite",
-                                 "s-1.localhost")
+    said = access.startup(access.Bind("127.0.0.1", 5), 5, "TOKEN", False, "sqlite",
+                          "s-1.localhost")
+    assert said["url"] == "http://s-1.localhost:5/?token=TOKEN" and said["name"] == "s-1.localhost"
+    local = access.startup_lines(said)
     assert local[1].endswith("http://s-1.localhost:5/?token=TOKEN")
     assert "loopback" in local[2]
-    far = access.startup_lines(access.Bind("0.0.0.0", 5), 5, "TOKEN", True, "sqlite")
+    far = access.startup_lines(access.startup(access.Bind("0.0.0.0", 5), 5, "TOKEN", True,
+                                              "sqlite"))
     assert "over the network" in far[2] and "unencrypted" in far[2]
     assert access.cookie_name(5) != access.cookie_name(6)

@@ -384,3 +384,25 @@ def test_on_postgresql_every_operators_runs_are_shown(pg_server: Any, tmp_path: 
         # b's run: its record here, its output kept where it ran (not here)
         assert "from-b" not in served.get(f"/run/{theirs}/output?stream=stdout").text
         assert "signed by key" in served.get(f"/run/{other}").text
+
+
+def test_json_start_line_for_programs(saphan_sqlite: Saphan) -> None:
+    from serve.served import require_serve
+
+    require_serve()
+    proc = subprocess.Popen([saphan_exe(), "serve", "--bind", "127.0.0.1:0", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=saphan_sqlite.env(), stdin=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        said = json.loads(proc.stdout.readline())
+        assert set(said) == {"url", "name", "port", "token", "store", "reachable"}
+        assert said["url"] == f"http://{said['name']}:{said['port']}/?token={said['token']}"
+        served = Served(said["name"], said["port"], said["token"], said["url"], proc)
+        assert served.get("/runs").status == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+        for pipe in (proc.stdout, proc.stderr):
+            assert pipe is not None
+            pipe.close()

@@ -9,8 +9,8 @@
     token_ok(given, token)    compared in constant time
     host_of(header)           the name in a Host header (any port: an SSH
                               tunnel's local one), or None when malformed
-    startup_lines(...)        what `saphan serve` prints once: the URL with the
-                              token, and who can reach it
+    startup(...)              what `saphan serve` prints once: the URL with the
+                              token, and who can reach it (startup_lines: as text)
 
 The token travels as ``?token=`` in the URL printed at start; the first page
 opened with it sets one cookie (HttpOnly, SameSite=Strict) and redirects to
@@ -148,18 +148,24 @@ def is_loopback_name(name: str) -> bool:
         return False
 
 
-def startup_lines(bind: Bind, port: int, token: str, remote: bool, store: str,
-                  name: str | None = None) -> list[str]:
-    """``name``: the loopback dashboard's own host name (:func:`new_name`)."""
-    url = f"http://{name or bind.url_host}:{port}/?token={token}"
+def startup(bind: Bind, port: int, token: str, remote: bool, store: str,
+            name: str | None = None) -> dict[str, object]:
+    """What `saphan serve` says once it listens (``--json`` prints it as is);
+    ``name``: the loopback dashboard's own host name (:func:`new_name`)."""
     if remote:
         who = (f"anyone who can reach {bind.url_host}:{port} over the network and has the "
                "token (plain HTTP: the token and the pages cross the network unencrypted)")
     else:
         who = "this machine only (loopback), with the token"
+    return {"url": f"http://{name or bind.url_host}:{port}/?token={token}",
+            "name": name or bind.host, "port": port, "token": token, "store": store,
+            "reachable": who}
+
+
+def startup_lines(said: dict[str, object]) -> list[str]:
     return [
-        f"saphan serve: a read-only view of {store}",
-        f"  open:      {url}",
-        f"  reachable: {who}",
+        f"saphan serve: a read-only view of {said['store']}",
+        f"  open:      {said['url']}",
+        f"  reachable: {said['reachable']}",
         "  the token is new at every start and shown only here; Ctrl-C stops the server",
     ]

@@ -59,7 +59,7 @@ def listen(bind: access.Bind, allow_remote: bool = False) -> socket.socket:
 
 
 def serve(home: str | None, bind_text: str, *, allow_remote: bool,
-          echo: Callable[[str], None]) -> None:
+          echo: Callable[[str], None], as_json: bool = False) -> None:
     """Run the dashboard (module docstring) until interrupted."""
     check_extra()
     bind = access.parse_bind(bind_text)
@@ -84,9 +84,15 @@ def serve(home: str | None, bind_text: str, *, allow_remote: bool,
                         store=description, port=port,
                         name="" if remote else access.new_name())
     app, readers = build(settings)
-    for line in access.startup_lines(bind, port, settings.token, remote, description,
-                                     settings.name or None):
-        echo(line)
+    said = access.startup(bind, port, settings.token, remote, description,
+                          settings.name or None)
+    if as_json:
+        import json
+
+        echo(json.dumps(said))
+    else:
+        for line in access.startup_lines(said):
+            echo(line)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                             server_header=False, proxy_headers=False,
                             timeout_graceful_shutdown=2,
