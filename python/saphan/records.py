@@ -150,7 +150,10 @@ def _columns(row: RunRow) -> dict[str, Any]:
         "id": row.id,
         "machine": row.machine,
         "slot": row.slot,
-        "session_ordinal": row.session_ordinal if row.session_ordinal >= 0 else None,
+        # (a value that is not a number — SQLite keeps what it is given — is
+        # kept as it is: it then disagrees with any signed ordinal, flagged)
+        "session_ordinal": (row.session_ordinal if not isinstance(row.session_ordinal, int)
+                            or row.session_ordinal >= 0 else None),
         "state": row.state,
         "started_at": row.started_at,
         "finished_at": row.finished_at,

@@ -204,3 +204,30 @@ def test_only_a_record_in_the_writers_shape_counts_as_ended(value: dict[str, Any
     assert not live.ended(value)
     assert live.ended({"state": "ended", "outcome": "failed", "finished_at": "t",
                        "exit_code": 7})
+
+
+# -- does a live record back its row (the dashboard's "row only") ---------------------------
+
+def test_a_live_record_backs_its_row_only_while_running_for_its_holder(ctx: Context) -> None:
+    record = _live(ctx)
+    row = _row(ctx, record["id"])
+    found = live.read_record(ctx, ctx.record_key(), row)
+    assert live.backs(found, row)
+    assert live.view(ctx, row, ctx.record_key()).data["live"]["backed"] is True
+    assert not live.backs(None, row)
+    other = row._replace(holder_pid=1)  # a row naming another holder than the one driving
+    assert not live.backs(found, other)
+    far = row._replace(holder_host="ssh://far1", holder_pid=5)  # a far process holds it
+    assert live.backs(found, far)
+    # the run ended and its row was set live again (by a store writer): the ended record
+    # verifies, but it says the run ended
+    _ended_file(ctx, record)
+    again = live.read_record(ctx, ctx.record_key(), row)
+    assert again is not None and not live.backs(again, row)
+
+
+def test_a_row_saphan_did_not_make_is_no_name_under_runs(ctx: Context) -> None:
+    record = _live(ctx)
+    row = _row(ctx, record["id"])
+    assert live.read_record(ctx, ctx.record_key(), row._replace(id="../../etc")) is None
+    assert live.read_record(ctx, ctx.record_key(), row._replace(session_ordinal="x")) is None

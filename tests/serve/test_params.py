@@ -32,14 +32,17 @@ def test_every_filter_refuses_a_path(bad: str) -> None:
 
 def test_filters() -> None:
     rid = new_run_id()
+    before = params.cursor_text("2026-12-01T12:00:00.000001Z", rid)
     f = params.run_filters({"state": "live", "machine": "m-1", "slot": "s.1", "tool": "claude",
-                            "outcome": "holder-dead",
-                            "before": f"2026-12-01T12:00:00.000001Z~{rid}", "limit": "100"})
+                            "outcome": "holder-dead", "before": before, "limit": "100"})
     assert f.store == {"machine": "m-1", "slot": "s.1", "tool": "claude",
                        "outcome": "holder-dead", "live": True,
                        "before": ("2026-12-01T12:00:00.000001Z", rid)}
     assert f.limit == 100
-    assert f.query()["before"] == f"2026-12-01T12:00:00.000001Z~{rid}"
+    assert f.query()["before"] == before
+    # whatever a row's started_at holds (a forged one too), its page has a next one
+    odd = "2026-12-01T00:00:00Z+junk/../\u202e"
+    assert params.cursor(params.cursor_text(odd, rid)) == (odd, rid)
     assert params.run_filters({"state": "ended"}).store["state"] == "ended"
     assert params.run_filters({"machine": ""}).machine is None
     with pytest.raises(BadParameter, match="no such parameter"):

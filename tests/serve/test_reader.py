@@ -199,3 +199,41 @@ def test_a_finished_log_ending_inside_a_character_is_read_to_its_end(engine: Eng
     (run_dir / "stdout.log").write_bytes(b"ok \xe2\x82")  # the run ended mid-character
     got = reader.output(engine, rid, "stdout", 0)
     assert got["end"] == got["size"] == 5 and got["text"].startswith("ok ")
+
+
+def test_live_rows_on_no_listed_seat_are_listed_apart(engine: Engine) -> None:
+    rid = new_run_id()
+    engine.store.reserve(run_id=rid, machine="ghost", slot="x", capacity=1, tool="command",
+                         workdir="/w", holder=current_holder().as_tuple())
+    got = reader.fleet(engine)
+    assert got["live"] == 1 and [r["run"] for r in got["stray"]] == [rid]
+    assert all(not o["held"] for s in got["machines"][0]["slots"] for o in s["ordinals"])
+
+
+def test_text_in_number_columns_is_flagged_not_a_failure(
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SQLite keeps whatever a column is given (PostgreSQL keeps its type)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg")))
+    engine = Engine(tmp_path_factory.mktemp("lite") / "saphan", reconcile=False)
+    engine.init()
+    engine.add_machine("here", local=True)
+    engine.add_slot("here", "s1", tool="command", max_sessions=2)
+    rid = new_run_id()
+    engine.store.reserve(run_id=rid, machine="here", slot="s1", capacity=2, tool="command",
+                         workdir="/w", holder=current_holder().as_tuple())
+    engine.store.db.execute("UPDATE runs SET session_ordinal = 'x', holder_pid = 'y' "
+                            "WHERE id = ?", (rid,))
+    assert [r["run"] for r in reader.fleet(engine)["stray"]] == [rid]
+    (shown,) = reader.runs(engine, RunFilters())["rows"]
+    assert shown["id"] == rid and shown["live"] and not shown["backed"]
+    engine.close()
+
+
+def test_a_batch_task_the_key_did_not_sign_is_flagged(engine: Engine, tmp_path: Any) -> None:
+    path = tmp_path / "b.jsonl"
+    path.write_text('{"id": "a", "command": ["true"]}\n{"id": "b", "command": ["true"]}\n')
+    b = engine.batches.create(str(path))
+    engine.store.db.execute("UPDATE batch_tasks SET signature = '00' WHERE batch = ? AND seq = 1",
+                            (b.id,))
+    got = reader.batch(engine, b.id)
+    assert [t["task_signature"] for t in got["tasks"]] == ["valid", "invalid"]

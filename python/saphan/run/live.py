@@ -11,7 +11,8 @@ store left live.
     view(ctx, row, key, dial)    the row's record; a live row is completed
                                  from its live record (argv, workdir, what
                                  enforces it) and carries ``live``: its holder
-                                 and that holder's liveness
+                                 and that holder's liveness, and whether its
+                                 live record backs the row (:func:`backs`)
     reconcile(ctx)               called once per command, when the Context
                                  opens the store: every live row (the handful
                                  the partial index holds; no directory is
@@ -49,6 +50,10 @@ RECORD_LIMIT = 8 << 20
 
 def read_record(ctx: Context, key: bytes, row: RunRow) -> dict[str, Any] | None:
     """The run's record file if saphan wrote it, for this run (module docstring)."""
+    from saphan.ids import is_run_id
+
+    if not is_run_id(row.id) or not isinstance(row.session_ordinal, int):
+        return None  # a row saphan did not make: its id is no name under runs/
     path = ctx.workspace.run_dir(row.id) / "record.json"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -104,8 +109,29 @@ def view(ctx: Context, row: RunRow, key: bytes, *, dial: bool = False) -> RunRec
         "liveness": None if life is None else {"state": life.state, "evidence": life.evidence},
         "record_file": (str(ctx.workspace.run_dir(row.id) / "record.json")
                         if found is not None else None),
+        "backed": backs(found, row),
     }
     return RunRecord(data)
+
+
+def backs(found: dict[str, Any] | None, row: RunRow) -> bool:
+    """The live record file (:func:`read_record`: signed here, for this run)
+    says the run is running, driven by the very holder the row names — or,
+    for a far run, whose holder is the far process, by a process on this
+    host. Anything else (no file, an ENDED record under a row set live
+    again, another holder) leaves the row alone saying the seat is held."""
+    from saphan.liveness import this_host
+
+    if found is None or ended(found) or found.get("state") != "running":
+        return False
+    d = found.get("driven_by")
+    if not isinstance(d, dict):
+        return False
+    if row.holder_host is not None and row.holder_host.startswith("ssh://"):
+        return bool(d.get("host") == this_host())
+    return bool((d.get("host"), d.get("pid"), d.get("start_ticks"), d.get("boot_id"))
+                == (row.holder_host, row.holder_pid, row.holder_start_ticks,
+                    row.holder_boot_id))
 
 
 def listing(ctx: Context, limit: int, **filters: Any) -> list[RunRecord]:

@@ -85,6 +85,7 @@ class Readers:
         self.pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="saphan-serve")
         self.diff_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="saphan-diff")
         self._diffs: dict[tuple[str, str], tuple[float, Any]] = {}
+        self._reading: dict[tuple[str, str], asyncio.Future[Any]] = {}
         self._local = threading.local()
         self._lock = threading.Lock()
 
@@ -121,24 +122,36 @@ class Readers:
             raise
 
     async def diff(self, run_id: str, record: dict[str, Any], signature: str) -> Any:
-        """The run's diff (run/diff.py), on a thread of its own: a run decides
-        what its diff costs git (up to its time limit), so diffs wait for each
-        other, never for the pages; one read is kept :data:`DIFF_KEEP` seconds."""
+        """The run's diff (run/diff.py). Only a verified ``--repo`` record runs
+        git, on a thread of its own: a run decides what its diff costs (up to
+        its time limit), so diffs wait for each other, never for the pages (nor
+        a page without a diff for them); a read in progress is shared by every
+        page asking for it, and a read is kept :data:`DIFF_KEEP` seconds."""
         import time
 
         from saphan.run.diff import branch_diff
 
-        now = time.monotonic()
-        kept = self._diffs.get((run_id, signature))
-        if kept is not None and now - kept[0] < DIFF_KEEP:
+        if signature != "valid" or not isinstance(record.get("worktree"), dict):
+            return branch_diff(record, signature=signature)  # no git: at once
+        key = (run_id, signature)
+        kept = self._diffs.get(key)
+        if kept is not None and time.monotonic() - kept[0] < DIFF_KEEP:
             return kept[1]
-        loop = asyncio.get_running_loop()
-        got = await loop.run_in_executor(
-            self.diff_pool, lambda: branch_diff(record, signature=signature))
-        if len(self._diffs) >= 64:
-            self._diffs.pop(next(iter(self._diffs)))
-        self._diffs[(run_id, signature)] = (time.monotonic(), got)
-        return got
+        reading = self._reading.get(key)
+        if reading is None:
+            loop = asyncio.get_running_loop()
+            reading = loop.run_in_executor(
+                self.diff_pool, lambda: branch_diff(record, signature=signature))
+            self._reading[key] = reading
+            try:
+                got = await reading
+            finally:
+                self._reading.pop(key, None)
+            if len(self._diffs) >= 64:
+                self._diffs.pop(next(iter(self._diffs)))
+            self._diffs[key] = (time.monotonic(), got)
+            return got
+        return await reading
 
     def close(self) -> None:
         self.diff_pool.shutdown(wait=False, cancel_futures=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 POLL_MS = 2000
 #: the most of a run's output the page keeps (characters; older text is dropped)
@@ -36,6 +36,11 @@ def esc(value: object) -> str:
 def url(path: str, query: Mapping[str, str] | None = None) -> str:
     """A link to ``path`` (built from checked parts) with ``query``, escaped for an attribute."""
     return esc(path + ("?" + urlencode(query) if query else ""))
+
+
+def run_href(run_id: object) -> str:
+    """The link to a run's page (its id as the store has it, percent-encoded)."""
+    return url("/run/" + quote(str(run_id), safe=""))
 
 
 def page(title: str, body: str, *, active: str, store: str) -> str:
@@ -111,6 +116,16 @@ def fleet_body(data: Mapping[str, Any]) -> str:
         if not m["slots"]:
             parts.append("<p>no slots (<code>saphan slot add</code>)</p>")
         parts.append("</section>")
+    if data.get("stray"):
+        parts.append(
+            '<section class="stray"><h2>live rows on no seat shown above</h2>'
+            "<p>The store holds these live rows on a machine or slot it does not list, or on "
+            "no ordinal: not seats saphan made.</p>"
+            + table(["run", "machine", "slot", "ordinal", "state"], (
+                f'<tr class="flagged"><td><a href="{run_href(r["run"])}">{esc(r["run"])}'
+                f"</a></td><td>{esc(r['machine'])}</td><td>{esc(r['slot'])}</td>"
+                f"<td>{esc(r['ordinal'])}</td><td>{esc(r['state'])}</td></tr>"
+                for r in data["stray"])) + "</section>")
     return "".join(parts)
 
 
@@ -130,7 +145,7 @@ def _ordinal(machine: str, slot: str, o: Mapping[str, Any]) -> str:
         f'<tr class="seat held{"" if o["backed"] else " flagged"}" '
         f'data-ordinal="{esc(o["ordinal"])}"><td>{esc(n)}</td>'
         f"<td>held{over} <small>({esc(o['state'])})</small>{backed}</td>"
-        f'<td><a href="{url("/run/" + o["run"])}">{esc(o["run"])}</a></td>'
+        f'<td><a href="{run_href(o["run"])}">{esc(o["run"])}</a></td>'
         f"<td>{esc(o['pid'])}</td><td>{esc(o['host'])}</td><td>{esc(o['since'])}</td>"
         f'<td><span class="life {esc(life)}">{esc(life)}</span> '
         f"<small>{esc(o['evidence'])}</small></td></tr>")
@@ -161,15 +176,18 @@ def run_rows(data: Mapping[str, Any]) -> str:
 
 
 def _run_row(r: Mapping[str, Any]) -> str:
-    flagged = " flagged" if r["flagged"] else ""
+    alone = r["live"] and not r["backed"]
+    flagged = " flagged" if r["flagged"] or alone else ""
     code = r["exit"] if r["exit"] is not None else r["refusal_class"]
     return (
         f'<tr class="run {esc(r["state"])}{flagged}" data-run="{esc(r["id"])}">'
-        f'<td><a href="{url("/run/" + str(r["id"]))}">{esc(str(r["id"])[:14])}…</a></td>'
+        f'<td><a href="{run_href(r["id"])}">{esc(str(r["id"])[:14])}…</a></td>'
         f"<td>{esc(r['machine'])}</td><td>{esc(r['slot'])}</td><td>{esc(r['ordinal'])}</td>"
         f"<td>{esc(r['tool'])}</td><td>{esc(r['started_at'])}</td><td>{esc(r['state'])}</td>"
         f"<td>{esc(r['outcome'])}</td><td>{esc(code)}</td><td>{esc(r['enforced'])}</td>"
-        f"<td>{esc(r['cost'])}</td><td>{_badge(r['signature'])}</td></tr>")
+        f"<td>{esc(r['cost'])}</td><td>{_badge(r['signature'])}"
+        + (' <span class="badge bad" title="no live record signed here backs this row">'
+           "row only</span>" if alone else "") + "</td></tr>")
 
 
 def _filters_form(query: Mapping[str, str], choices: Mapping[str, Any]) -> str:
@@ -259,7 +277,8 @@ def _diff(d: Any) -> str:
     if d.text is None:
         return head + note
     lines, in_hunk = [], False
-    for line in terminal_safe(d.text).splitlines():
+    for line in terminal_safe(d.text).split("\n"):
+        # (split on newline only: git's lines; U+2028 and the like are not line ends)
         # a hunk's + and - lines are its changes; outside a hunk (git's own
         # header lines) nothing is coloured, whatever a changed line starts with
         if line.startswith("diff --git "):
@@ -304,11 +323,16 @@ def batch_body(report: Mapping[str, Any]) -> str:
 
     for t in tasks:
         run = t.get("run_id")
-        link = (f'<a href="{url("/run/" + run)}">{esc(run[:14])}…</a>'
+        link = (f'<a href="{run_href(run)}">{esc(run[:14])}…</a>'
                 if isinstance(run, str) and is_run_id(run) else esc(run))
+        forged = t.get("task_signature") != "valid"
         rows.append(
-            f'<tr class="task {esc(t.get("state"))}"><td>{esc(t.get("seq"))}</td>'
-            f"<td>{esc(t.get('id'))}</td><td>{esc(t.get('what'))}</td>"
+            f'<tr class="task {esc(t.get("state"))}{" flagged" if forged else ""}">'
+            f"<td>{esc(t.get('seq'))}</td>"
+            f"<td>{esc(t.get('id'))}"
+            + (' <span class="badge bad" title="the task row does not verify under the '
+               'workspace key: not a task saphan wrote">task !invalid</span>' if forged else "")
+            + f"</td><td>{esc(t.get('what'))}</td>"
             f"<td>{esc(t.get('state'))}</td><td>{link}</td>"
             f"<td>{esc(t.get('machine'))}</td><td>{esc(t.get('outcome'))}</td>"
             f"<td>{esc(t.get('exit_code'))}</td><td>{_badge(str(t.get('signature')))}</td></tr>")
@@ -380,8 +404,9 @@ SCRIPT = """
             if (el.textContent.length > keep) { el.textContent = el.textContent.slice(-keep); }
             el.scrollTop = el.scrollHeight;
           }
+          var moved = end === null || w.end > end;
           end = w.end;
-          if (w.end < w.size) { later(tick, 50); }
+          if (w.end < w.size && moved) { later(tick, 50); }
           else if (w.live) { later(tick, PERIOD / 2); }
           else {
             el.setAttribute("data-done", "1");

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: a started_at as saphan stores it (timefmt.now_iso)
-_STARTED = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:\d{2})?$")
+#: a page cursor's started_at, base64url without padding (a few hundred bytes at most)
+_B64 = re.compile(r"^[A-Za-z0-9_-]{1,400}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _WORD = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
 #: the largest byte offset a log tail is asked from
@@ -72,15 +72,27 @@ def offset(value: str, param: str = "offset") -> int:
 
 
 def cursor(value: str) -> tuple[str, str]:
-    """``STARTED_AT~RUNID``: the last run of the page before."""
-    started, sep, rid = value.partition("~")
-    if not sep or not _STARTED.fullmatch(started):
-        raise BadParameter("before", "not a page cursor (STARTED_AT~RUNID)")
+    """``B64~RUNID``: the last run of the page before — its started_at as the
+    store has it (base64url: whatever a row holds, a forged one too, pages on)
+    and its run id."""
+    import base64
+    import binascii
+
+    encoded, sep, rid = value.partition("~")
+    if not sep or not _B64.fullmatch(encoded):
+        raise BadParameter("before", "not a page cursor (the older → link writes it)")
+    try:
+        started = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    except (binascii.Error, ValueError):
+        raise BadParameter("before", "not a page cursor (the older → link writes it)") from None
     return started, run_id(rid, "before")
 
 
 def cursor_text(started_at: str, rid: str) -> str:
-    return f"{started_at}~{rid}"
+    import base64
+
+    encoded = base64.urlsafe_b64encode(started_at.encode()).decode().rstrip("=")
+    return f"{encoded}~{rid}"
 
 
 @dataclass(frozen=True)

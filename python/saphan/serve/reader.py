@@ -57,6 +57,11 @@ def fleet(engine: Engine) -> dict[str, Any]:
     for row in live_rows:
         held.setdefault((row.machine, row.slot), []).append(live.view(ctx, row, key))
     slots = engine.slots()
+    shown = {(s.machine, s.name) for s in slots}
+    stray = [r for (m_, s_), rs in held.items() if (m_, s_) not in shown for r in rs]
+    stray += [r for rs in held.values() for r in rs
+              if not (isinstance(o := r.data.get("session_ordinal"), int) and o >= 0)
+              and r not in stray]
     out = []
     for m in machines:
         mine = [s for s in slots if s.machine == m.name]
@@ -71,7 +76,11 @@ def fleet(engine: Engine) -> dict[str, Any]:
                 "ordinals": _ordinals(s.capacity, held.get((m.name, s.name), [])),
             } for s in mine],
         })
-    return {"machines": out, "live": len(live_rows)}
+    # live rows on no slot listed above, or on no ordinal: listed, never left out
+    others = [{"run": r.id, "machine": r.data.get("machine"), "slot": r.data.get("slot"),
+               "ordinal": r.data.get("session_ordinal"), "state": r.data.get("state")}
+              for r in stray]
+    return {"machines": out, "live": len(live_rows), "stray": others}
 
 
 def _fact_or_flag(engine: Engine, m: Machine, f: Fact, key: bytes) -> dict[str, Any]:
@@ -148,8 +157,8 @@ def _ordinals(capacity: int, holders: Sequence[RunRecord]) -> list[dict[str, Any
                     "liveness": life.get("state", "unknown"),
                     "evidence": life.get("evidence", "no holder recorded"),
                     # a row alone claims the seat unless a live record signed
-                    # here, for this very run, backs it (run/live.read_record)
-                    "backed": live.get("record_file") is not None})
+                    # here, for this very run and its holder, backs it (run/live.backs)
+                    "backed": live.get("backed") is True})
     return out
 
 
@@ -186,6 +195,8 @@ def row(r: RunRecord) -> dict[str, Any]:
         "enforced": (enforced or {}).get("mechanism"),
         "signature": r.signature, "flagged": r.signature_unverified,
         "cost": _cost(usage), "live": d.get("live") is not None,
+        # a live row a live record signed here backs (run/live.backs); else the row alone
+        "backed": (d.get("live") or {}).get("backed") is True,
     }
 
 
@@ -298,6 +309,22 @@ def batches(engine: Engine, limit: int = 50) -> list[dict[str, Any]]:
 
 
 def batch(engine: Engine, batch_id: str) -> dict[str, Any]:
-    if engine.ctx.store.get_batch(batch_id) is None:
+    """The batch's report (batch/api.py) with each task's own signature
+    checked (``task_signature``: "valid" or "invalid"): a task row the
+    workspace key did not sign is shown flagged. (Which run a claim names
+    is the store's word: the run's record is verified, the claim is not
+    signed.)"""
+    from saphan.batch.api import record_key_or_none
+    from saphan.records import task_verifies
+
+    store = engine.ctx.store
+    if store.get_batch(batch_id) is None:
         raise NotFound(f"no batch {batch_id}")
-    return engine.batches.report(batch_id)
+    report = engine.batches.report(batch_id)
+    key = record_key_or_none(engine.ctx)
+    signed = {t.seq: key is not None and task_verifies(key, t.batch, t.seq, t.task_id,
+                                                        t.spec_json, t.signature)
+              for t in store.batch_tasks(batch_id)}
+    for t in report["tasks"]:
+        t["task_signature"] = "valid" if signed.get(t["seq"]) else "invalid"
+    return report

@@ -30,32 +30,87 @@ def check_extra() -> None:
         raise UserError(f"{EXTRA_HINT} (missing: {', '.join(missing)})")
 
 
-def listen(bind: access.Bind, allow_remote: bool = False) -> socket.socket:
-    """A listening socket on ``bind`` (UserError naming the fix when it cannot be
-    had); without ``allow_remote`` the address it binds must be loopback (the
-    name is resolved once, here: what was checked is what is bound)."""
+#: the loopback addresses a loopback dashboard holds, both on its one port:
+#: its page's name (s-….localhost) resolves to both, and a browser tries ::1
+#: first — a port left free on either would be another user's to take
+LOOPBACK = ("127.0.0.1", "::1")
+#: tries at a free port pair for port 0
+PAIR_TRIES = 20
+
+
+def listen(bind: access.Bind, allow_remote: bool = False) -> list[socket.socket]:
+    """The listening sockets for ``bind`` (UserError naming the fix when they
+    cannot be had). A loopback bind holds 127.0.0.1 and [::1] on one port
+    (:data:`LOOPBACK`); any other address needs ``allow_remote`` — checked on
+    the address itself: the name is resolved once, here, and what was checked
+    is what is bound."""
     try:
         infos = socket.getaddrinfo(bind.host, bind.port, type=socket.SOCK_STREAM,
                                    proto=socket.IPPROTO_TCP)
     except OSError as e:
         raise UserError(f"--bind {bind.url_host}:{bind.port}: {e}") from None
-    family, kind, proto, _name, address = infos[0]
-    if not allow_remote and not access.is_loopback(str(address[0])):
-        raise UserError(f"--bind {bind.url_host}:{bind.port} resolved to {address[0]}, not a "
-                        "loopback address; give --allow-remote to accept that")
-    sock = socket.socket(family, kind, proto)
+    family, _kind, _proto, _name, address = infos[0]
+    where = f"--bind {bind.url_host}:{bind.port}"
+    if access.is_loopback(str(address[0])):
+        if any(str(i[4][0]) not in LOOPBACK for i in infos):
+            raise UserError(f"{where}: a loopback dashboard listens on 127.0.0.1 and [::1] "
+                            "(the name its page is served under resolves to both); give "
+                            f"--bind 127.0.0.1:{bind.port}")
+        return _loopback_pair(where, bind.port)
+    if not allow_remote:
+        raise UserError(f"{where} resolved to {address[0]}, not a loopback address; give "
+                        "--allow-remote to accept that")
+    return [_bound(where, family, address)]
+
+
+def _bound(where: str, family: int, address: tuple[object, ...]) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(address)
         sock.listen(128)
     except OSError as e:
         sock.close()
         if e.errno == errno.EADDRINUSE:
-            raise UserError(f"--bind {bind.url_host}:{bind.port}: the port is in use; give "
-                            f"another, or port 0 for a free one ({bind.url_host}:0)") from None
-        raise UserError(f"--bind {bind.url_host}:{bind.port}: {e.strerror}") from None
+            raise UserError(f"{where}: {_text(address)} is in use; give another port, or "
+                            "port 0 for a free one") from None
+        raise
     sock.set_inheritable(False)
     return sock
+
+
+def _text(address: tuple[object, ...]) -> str:
+    host = str(address[0])
+    return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
+
+
+def _loopback_pair(where: str, port: int) -> list[socket.socket]:
+    for _ in range(PAIR_TRIES if port == 0 else 1):
+        try:
+            four = _bound(where, socket.AF_INET, ("127.0.0.1", port))
+        except OSError as e:
+            raise UserError(f"{where}: 127.0.0.1: {e.strerror}") from None
+        got = int(four.getsockname()[1])
+        try:
+            six = _bound(where, socket.AF_INET6, ("::1", got, 0, 0))
+        except OSError as e:
+            if e.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                return [four]  # no IPv6 loopback here: no one can hold [::1] either
+            four.close()
+            raise UserError(f"{where}: [::1]: {e.strerror}") from None
+        except UserError:
+            four.close()
+            if port == 0:
+                continue  # [::1] on that port is someone else's: another port
+            raise UserError(
+                f"{where}: [::1]:{got} is held by another process; a browser opening this "
+                "dashboard's name would reach that process first (it tries [::1] before "
+                "127.0.0.1) and hand it the token; give another port, or port 0") from None
+        return [four, six]
+    raise UserError(f"{where}: no port was free on both 127.0.0.1 and [::1] in "
+                    f"{PAIR_TRIES} tries")
 
 
 def serve(home: str | None, bind_text: str, *, allow_remote: bool,
@@ -76,8 +131,8 @@ def serve(home: str | None, bind_text: str, *, allow_remote: bool,
 
     from saphan.serve.app import Settings, build
 
-    sock = listen(bind, allow_remote)
-    bound, port = str(sock.getsockname()[0]), int(sock.getsockname()[1])
+    socks = listen(bind, allow_remote)
+    bound, port = str(socks[0].getsockname()[0]), int(socks[0].getsockname()[1])
     bind = access.Bind(bind.host, port)
     remote = not access.is_loopback(bound)
     settings = Settings(home=home, bind=bind, token=access.new_token(), remote=remote,
@@ -100,7 +155,8 @@ def serve(home: str | None, bind_text: str, *, allow_remote: bool,
                             # held-open requests cannot use up the descriptors
                             limit_concurrency=CONNECTIONS)
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        uvicorn.Server(config).run(sockets=socks)
     finally:
         readers.close()
-        sock.close()
+        for sock in socks:
+            sock.close()

@@ -92,6 +92,11 @@ class Slot(NamedTuple):
         }
 
 
+def _whole(value: object) -> bool:
+    """None or an int (not a bool)."""
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
+
+
 class RunRow(NamedTuple):
     id: str
     machine: str
@@ -113,7 +118,14 @@ class RunRow(NamedTuple):
 
     @classmethod
     def from_row(cls, r: Row) -> RunRow:
-        return cls(*r)
+        row = cls(*r)
+        # SQLite keeps any value in any column: a holder's pid or start time
+        # that is not a number names no process (a row saphan did not write)
+        if not _whole(row.holder_pid) or not _whole(row.holder_start_ticks):
+            row = row._replace(holder_pid=row.holder_pid if _whole(row.holder_pid) else None,
+                               holder_start_ticks=(row.holder_start_ticks
+                                                   if _whole(row.holder_start_ticks) else None))
+        return row
 
     @property
     def live(self) -> bool:
