@@ -633,6 +633,8 @@ def _verdict_sqlite(lines: list[str], sql: str) -> str:
         return "index seek + sort of every match"
     if "SEARCH" in text:
         return "index seek, in order"
+    if "runs_live_newest" in text:
+        return "the live rows' own index, in order"
     if " WHERE " in sql:
         return "walks runs_newest in order, filtering (no seek)"
     return "index, in order"
@@ -717,7 +719,7 @@ def bench_store(ws: Workspace, args: argparse.Namespace) -> dict[str, Any]:
     hello_env = dict(ws.env)
     with _process([sys.executable, "-c", _HELLO], hello_env, r"^port (\d+)") as hm, \
             _process([ws.saphan, "serve", "--bind", "127.0.0.1:0"], ws.env,
-                     r"open:\s+http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9_-]+)") as sm:
+                     r"open:\s+http://[a-z0-9.-]+:(\d+)/\?token=([A-Za-z0-9_-]+)") as sm:
         port, token = int(sm.group(1)), sm.group(2)
         c = Client("127.0.0.1", port, token)
         try:

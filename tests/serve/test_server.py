@@ -30,6 +30,8 @@ def test_a_loopback_dashboard_holds_both_loopbacks_on_one_port() -> None:
             assert got == {(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")}, given
             assert len({s.getsockname()[1] for s in socks}) == 1
             assert not any(s.get_inheritable() for s in socks)
+            # TCP named: asyncio sets TCP_NODELAY only then (else 40 ms per answer)
+            assert all(s.proto == socket.IPPROTO_TCP for s in socks)
         finally:
             _close(socks)
 
