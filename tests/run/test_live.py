@@ -217,13 +217,29 @@ def test_a_live_record_backs_its_row_only_while_running_for_its_holder(ctx: Cont
     assert not live.backs(None, row)
     other = row._replace(holder_pid=1)  # a row naming another holder than the one driving
     assert not live.backs(found, other)
-    far = row._replace(holder_host="ssh://far1", holder_pid=5)  # a far process holds it
-    assert live.backs(found, far)
+    # a far process holds it: the row's SSH machine's tag, and a driver alive here
+    far = row._replace(holder_host="ssh://op@far1:22", holder_pid=5)
+    assert live.backs(found, far, far_tag="ssh://op@far1:22")
+    assert not live.backs(found, far)  # the row's machine is not an SSH machine
+    assert not live.backs(found, far, far_tag="ssh://op@far2:22")
+    assert found is not None
+    crashed = {**found, "driven_by": {**found["driven_by"], "pid": _dead_pid()}}
+    assert not live.backs(crashed, far, far_tag="ssh://op@far1:22")  # its driver is gone
+    lost = {**crashed, "connection_lost": {"at": now_iso()}}
+    assert live.backs(lost, far, far_tag="ssh://op@far1:22")  # left running on purpose
     # the run ended and its row was set live again (by a store writer): the ended record
     # verifies, but it says the run ended
     _ended_file(ctx, record)
     again = live.read_record(ctx, ctx.record_key(), row)
     assert again is not None and not live.backs(again, row)
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    done = subprocess.Popen(["true"])
+    done.wait()
+    return done.pid
 
 
 def test_a_row_saphan_did_not_make_is_no_name_under_runs(ctx: Context) -> None:

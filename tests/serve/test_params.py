@@ -43,6 +43,10 @@ def test_filters() -> None:
     # whatever a row's started_at holds (a forged one too), its page has a next one
     odd = "2026-12-01T00:00:00Z+junk/../\u202e"
     assert params.cursor(params.cursor_text(odd, rid)) == (odd, rid)
+    for bad in ("a\x00b", "x" * (params.CURSOR_STARTED_LIMIT + 1)):
+        with pytest.raises(BadParameter):
+            params.cursor(params.cursor_text(bad, rid))
+    assert not params.cursor_ok("t", "not-a-run-id")
     assert params.run_filters({"state": "ended"}).store["state"] == "ended"
     assert params.run_filters({"machine": ""}).machine is None
     with pytest.raises(BadParameter, match="no such parameter"):

@@ -221,8 +221,8 @@ def test_text_in_number_columns_is_flagged_not_a_failure(
     rid = new_run_id()
     engine.store.reserve(run_id=rid, machine="here", slot="s1", capacity=2, tool="command",
                          workdir="/w", holder=current_holder().as_tuple())
-    engine.store.db.execute("UPDATE runs SET session_ordinal = 'x', holder_pid = 'y' "
-                            "WHERE id = ?", (rid,))
+    engine.store.db.execute("UPDATE runs SET session_ordinal = 'x', holder_pid = 'y', "
+                            "holder_host = CAST('h' AS BLOB) WHERE id = ?", (rid,))
     assert [r["run"] for r in reader.fleet(engine)["stray"]] == [rid]
     (shown,) = reader.runs(engine, RunFilters())["rows"]
     assert shown["id"] == rid and shown["live"] and not shown["backed"]
@@ -237,3 +237,14 @@ def test_a_batch_task_the_key_did_not_sign_is_flagged(engine: Engine, tmp_path: 
                             (b.id,))
     got = reader.batch(engine, b.id)
     assert [t["task_signature"] for t in got["tasks"]] == ["valid", "invalid"]
+    assert got["done_verified"] == 0
+    (listed,) = reader.batches(engine)
+    assert listed["id"] == b.id and listed["unverified"] == 1
+
+
+def test_paging_stops_with_a_note_at_a_row_no_cursor_can_carry(engine: Engine) -> None:
+    made = [_refused(engine) for _ in range(3)]
+    engine.store.db.execute("UPDATE runs SET id = 'forged/../x' WHERE id = ?", (made[1],))
+    page = reader.runs(engine, RunFilters(limit=2))
+    assert [r["id"] for r in page["rows"]] == [made[2], "forged/../x"]
+    assert page["next"] is None and "paging stops at run" in page["blocked"]

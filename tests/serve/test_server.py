@@ -69,5 +69,11 @@ def test_other_loopback_addresses_and_far_ones() -> None:
         server.listen(Bind("127.0.0.2", 0))
     with pytest.raises(UserError, match="--allow-remote"):
         server.listen(Bind("0.0.0.0", 0))
-    (far,) = server.listen(Bind("0.0.0.0", 0), allow_remote=True)
-    far.close()
+    # every address: both families' wildcards on one port (no other user takes either)
+    for wildcard in ("0.0.0.0", "::"):
+        socks = server.listen(Bind(wildcard, 0), allow_remote=True)
+        try:
+            assert {s.getsockname()[0] for s in socks} == {"0.0.0.0", "::"}
+            assert len({s.getsockname()[1] for s in socks}) == 1
+        finally:
+            _close(socks)

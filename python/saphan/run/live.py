@@ -109,26 +109,51 @@ def view(ctx: Context, row: RunRow, key: bytes, *, dial: bool = False) -> RunRec
         "liveness": None if life is None else {"state": life.state, "evidence": life.evidence},
         "record_file": (str(ctx.workspace.run_dir(row.id) / "record.json")
                         if found is not None else None),
-        "backed": backs(found, row),
+        "backed": backs(found, row, far_tag=_far_tag(ctx, row)),
     }
     return RunRecord(data)
 
 
-def backs(found: dict[str, Any] | None, row: RunRow) -> bool:
+def _far_tag(ctx: Context, row: RunRow) -> str | None:
+    """How the row's machine writes a far holder (site/far.holder_host), when
+    the row names one and the machine is an SSH machine; else None."""
+    if not (row.holder_host or "").startswith("ssh://"):
+        return None
+    m = ctx.store.get_machine(row.machine)
+    if m is None or m.transport != "ssh":
+        return None
+    from saphan.site.far import holder_host
+
+    return holder_host(m)
+
+
+def backs(found: dict[str, Any] | None, row: RunRow, *, far_tag: str | None = None) -> bool:
     """The live record file (:func:`read_record`: signed here, for this run)
-    says the run is running, driven by the very holder the row names — or,
-    for a far run, whose holder is the far process, by a process on this
-    host. Anything else (no file, an ENDED record under a row set live
-    again, another holder) leaves the row alone saying the seat is held."""
-    from saphan.liveness import this_host
+    says the run is running, driven by the very holder the row names. For a
+    far run — the row's holder is the far process, written as ``far_tag``
+    (the row's SSH machine's) — the record's driver must be a process alive
+    on this host, or the record must say the connection was lost and the run
+    left running (site/ssh.py). Anything else (no file; an ENDED record under
+    a row set live again; another holder; a crashed driver's file under a far
+    holder someone wrote) leaves the row alone saying the seat is held."""
+    from saphan.liveness import Holder, check, this_host
 
     if found is None or ended(found) or found.get("state") != "running":
         return False
     d = found.get("driven_by")
     if not isinstance(d, dict):
         return False
-    if row.holder_host is not None and row.holder_host.startswith("ssh://"):
-        return bool(d.get("host") == this_host())
+    if (row.holder_host or "").startswith("ssh://"):
+        if far_tag is None or row.holder_host != far_tag or d.get("host") != this_host():
+            return False
+        if isinstance(found.get("connection_lost"), dict):
+            return True
+        pid, ticks, boot = d.get("pid"), d.get("start_ticks"), d.get("boot_id")
+        if not isinstance(pid, int) or isinstance(pid, bool):
+            return False
+        driver = Holder(this_host(), pid, ticks if isinstance(ticks, int) else None,
+                        boot if isinstance(boot, str) else None)
+        return check(driver).state == "alive"
     return bool((d.get("host"), d.get("pid"), d.get("start_ticks"), d.get("boot_id"))
                 == (row.holder_host, row.holder_pid, row.holder_start_ticks,
                     row.holder_boot_id))

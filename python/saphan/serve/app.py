@@ -83,7 +83,7 @@ class Readers:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="saphan-serve")
-        self.diff_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="saphan-diff")
+        self._diff_turn = threading.Lock()
         self._diffs: dict[tuple[str, str], tuple[float, Any]] = {}
         self._reading: dict[tuple[str, str], asyncio.Future[Any]] = {}
         self._local = threading.local()
@@ -140,26 +140,57 @@ class Readers:
         reading = self._reading.get(key)
         if reading is None:
             loop = asyncio.get_running_loop()
-            reading = loop.run_in_executor(
-                self.diff_pool, lambda: branch_diff(record, signature=signature))
+            reading = loop.create_future()
             self._reading[key] = reading
-            try:
-                got = await reading
-            finally:
+
+            def kept_once_read(f: asyncio.Future[Any]) -> None:
                 self._reading.pop(key, None)
-            if len(self._diffs) >= 64:
-                self._diffs.pop(next(iter(self._diffs)))
-            self._diffs[key] = (time.monotonic(), got)
-            return got
-        return await reading
+                if f.cancelled() or f.exception() is not None:
+                    return
+                if len(self._diffs) >= 64:
+                    self._diffs.pop(next(iter(self._diffs)))
+                self._diffs[key] = (time.monotonic(), f.result())
+
+            reading.add_done_callback(kept_once_read)
+            threading.Thread(target=self._read_diff, args=(loop, reading, record, signature),
+                             name="saphan-diff", daemon=True).start()
+        # shielded: a page that goes away does not cancel the read others wait for
+        return await asyncio.shield(reading)
+
+    def _read_diff(self, loop: asyncio.AbstractEventLoop, into: asyncio.Future[Any],
+                   record: dict[str, Any], signature: str) -> None:
+        """One diff at a time (``_diff_turn``), on a daemon thread: Ctrl-C does
+        not wait for a git a run made slow (git's own pipe closes with us)."""
+        from saphan.run.diff import branch_diff
+
+        with self._diff_turn:
+            try:
+                got: Any = branch_diff(record, signature=signature)
+            except Exception as e:
+                loop.call_soon_threadsafe(_settle, into, None, e)
+                return
+        loop.call_soon_threadsafe(_settle, into, got, None)
 
     def close(self) -> None:
-        self.diff_pool.shutdown(wait=False, cancel_futures=True)
+        from contextlib import suppress
+
         self.pool.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             for e in self.settings.engines:
-                e.close()
+                # a SQLite connection may be closed only by the thread that opened
+                # it (sqlite3.ProgrammingError here); the process's end closes it
+                with suppress(Exception):
+                    e.close()
             self.settings.engines.clear()
+
+
+def _settle(into: asyncio.Future[Any], got: Any, error: BaseException | None) -> None:
+    if into.done():
+        return
+    if error is not None:
+        into.set_exception(error)
+    else:
+        into.set_result(got)
 
 
 class Gate:

@@ -216,6 +216,8 @@ def _pager(data: Mapping[str, Any], query: Mapping[str, str]) -> str:
     if data["next"]:
         links.append(f'<a rel="next" href="{url("/runs", {**query, "before": data["next"]})}">'
                      "older →</a>")
+    if data.get("blocked"):
+        links.append(f'<span class="badge bad">{esc(data["blocked"])}</span>')
     return f'<p class="pager">{" · ".join(links)}</p>' if links else ""
 
 
@@ -300,7 +302,10 @@ def batches_page(items: Sequence[Mapping[str, Any]], store: str) -> str:
     rows = [
         f'<tr><td><a href="{url("/batch/" + str(b["id"]))}">{esc(b["id"])}</a></td>'
         f"<td>{esc(b['created_at'])}</td><td>{esc(b['source'])}</td><td>{esc(b['tasks'])}</td>"
-        f"<td>{esc(', '.join(f'{k} {v}' for k, v in sorted(b['states'].items())))}</td></tr>"
+        f"<td>{esc(', '.join(f'{k} {v}' for k, v in sorted(b['states'].items())))}"
+        + (f' <span class="badge bad" title="task rows the workspace key did not sign">'
+           f"{b['unverified']} task(s) !invalid</span>" if b["unverified"] else "")
+        + "</td></tr>"
         for b in items]
     body = "<h1>Batches</h1>" + (
         table(["batch", "created", "file", "tasks", "states"], rows) if rows
@@ -316,7 +321,7 @@ def batch_page(batch_id: str, report: Mapping[str, Any], store: str) -> str:
 
 def batch_body(report: Mapping[str, Any]) -> str:
     tasks = report["tasks"]
-    done = report["states"].get("done", 0)
+    done = report["done_verified"]  # a task row that does not verify is not counted done
     states = ", ".join(f"{k} {v}" for k, v in sorted(report["states"].items()))
     rows = []
     from saphan.ids import is_run_id
@@ -337,7 +342,7 @@ def batch_body(report: Mapping[str, Any]) -> str:
             f"<td>{esc(t.get('machine'))}</td><td>{esc(t.get('outcome'))}</td>"
             f"<td>{esc(t.get('exit_code'))}</td><td>{_badge(str(t.get('signature')))}</td></tr>")
     return (f'<p>{esc(report["source"])} · <progress max="{len(tasks)}" value="{done}"></progress>'
-            f" {done} of {len(tasks)} done ({esc(states)})</p>"
+            f" {done} of {len(tasks)} done and verified ({esc(states)})</p>"
             + table(["#", "task", "what", "state", "run", "machine", "outcome", "exit",
                      "signature"],
                     rows))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 #: a page cursor's started_at, base64url without padding (a few hundred bytes at most)
-_B64 = re.compile(r"^[A-Za-z0-9_-]{1,400}$")
+_B64 = re.compile(r"^[A-Za-z0-9_-]{1,1400}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _WORD = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
 #: the largest byte offset a log tail is asked from
@@ -71,10 +71,14 @@ def offset(value: str, param: str = "offset") -> int:
     return int(value)
 
 
+#: the longest started_at a page cursor carries (bytes; saphan writes 27)
+CURSOR_STARTED_LIMIT = 1024
+
+
 def cursor(value: str) -> tuple[str, str]:
     """``B64~RUNID``: the last run of the page before — its started_at as the
-    store has it (base64url: whatever a row holds, a forged one too, pages on)
-    and its run id."""
+    store has it (base64url: whatever a row holds, a forged one too, pages on,
+    up to :data:`CURSOR_STARTED_LIMIT` bytes, no NUL) and its run id."""
     import base64
     import binascii
 
@@ -85,7 +89,18 @@ def cursor(value: str) -> tuple[str, str]:
         started = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
     except (binascii.Error, ValueError):
         raise BadParameter("before", "not a page cursor (the older → link writes it)") from None
-    return started, run_id(rid, "before")
+    if not cursor_ok(started, rid):
+        raise BadParameter("before", "not a page cursor (the older → link writes it)")
+    return started, rid
+
+
+def cursor_ok(started_at: object, rid: object) -> bool:
+    """A page can end at this run: a cursor can carry it (:func:`cursor`)."""
+    from saphan.ids import is_run_id
+
+    return (isinstance(started_at, str) and isinstance(rid, str) and is_run_id(rid)
+            and "\x00" not in started_at
+            and len(started_at.encode()) <= CURSOR_STARTED_LIMIT)
 
 
 def cursor_text(started_at: str, rid: str) -> str:

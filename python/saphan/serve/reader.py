@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from saphan.engine import Engine
     from saphan.records import RunRecord
     from saphan.serve.params import RunFilters
-    from saphan.store.rows import Fact, Machine
+    from saphan.store.rows import Fact, Machine, Task
 
 #: the most of one log a request returns (bytes)
 OUTPUT_WINDOW = 64 << 10
@@ -166,15 +166,21 @@ def _ordinals(capacity: int, holders: Sequence[RunRecord]) -> list[dict[str, Any
 
 def runs(engine: Engine, f: RunFilters) -> dict[str, Any]:
     """One page of runs, newest first, and the cursor of the next (None: the last page)."""
-    from saphan.serve.params import cursor_text
+    from saphan.serve.params import cursor_ok, cursor_text
 
     records = engine.runs(f.limit + 1, **f.store)
     more = len(records) > f.limit
     records = records[:f.limit]
     last = records[-1].data if records else None
-    nxt = (cursor_text(str(last.get("started_at")), str(last.get("id")))
-           if more and last is not None else None)
-    return {"rows": [row(r) for r in records], "next": nxt}
+    nxt, blocked = None, None
+    if more and last is not None:
+        if cursor_ok(last.get("started_at"), last.get("id")):
+            nxt = cursor_text(str(last["started_at"]), str(last["id"]))
+        else:  # a row saphan did not write: no cursor can start after it
+            blocked = (f"paging stops at run {str(last.get('id'))[:40]!r}: its id or start "
+                       "time is not one saphan writes (a forged row); narrow the filters "
+                       "(machine, slot, state) to see older runs")
+    return {"rows": [row(r) for r in records], "next": nxt, "blocked": blocked}
 
 
 def row(r: RunRecord) -> dict[str, Any]:
@@ -297,6 +303,12 @@ def _whole(data: bytes) -> bytes:
 # -- batches ----------------------------------------------------------------------------------
 
 def batches(engine: Engine, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest batches, each with its tasks per state and how many of its
+    task rows do not verify under the workspace key (a batch row itself is
+    not signed: its tasks are)."""
+    from saphan.batch.api import record_key_or_none
+
+    key = record_key_or_none(engine.ctx)
     out = []
     for b in engine.batches.list(limit):
         tasks = engine.ctx.store.batch_tasks(b.id)
@@ -304,27 +316,40 @@ def batches(engine: Engine, limit: int = 50) -> list[dict[str, Any]]:
         for t in tasks:
             states[t.state] = states.get(t.state, 0) + 1
         out.append({"id": b.id, "created_at": b.created_at, "source": b.source,
-                    "tasks": b.tasks, "states": states})
+                    "tasks": b.tasks, "states": states,
+                    "unverified": sum(not _task_signed(key, t) for t in tasks)})
     return out
 
 
-def batch(engine: Engine, batch_id: str) -> dict[str, Any]:
-    """The batch's report (batch/api.py) with each task's own signature
-    checked (``task_signature``: "valid" or "invalid"): a task row the
-    workspace key did not sign is shown flagged. (Which run a claim names
-    is the store's word: the run's record is verified, the claim is not
-    signed.)"""
-    from saphan.batch.api import record_key_or_none
+def _task_signed(key: bytes | None, t: Task) -> bool:
     from saphan.records import task_verifies
 
-    store = engine.ctx.store
-    if store.get_batch(batch_id) is None:
+    return key is not None and task_verifies(key, t.batch, t.seq, t.task_id, t.spec_json,
+                                             t.signature)
+
+
+def batch(engine: Engine, batch_id: str) -> dict[str, Any]:
+    """The batch and every task as `batch show` reports them (batch/api.task_view),
+    each task's view and its signature check (``task_signature``: "valid" or
+    "invalid") made from the same read of its row: a task row the workspace
+    key did not sign is shown flagged, and only verified tasks count as done.
+    (Which run a claim names is the store's word: the run's record is
+    verified, the claim is not signed.)"""
+    from saphan.batch.api import record_key_or_none, task_view
+
+    ctx = engine.ctx
+    b = ctx.store.get_batch(batch_id)
+    if b is None:
         raise NotFound(f"no batch {batch_id}")
-    report = engine.batches.report(batch_id)
-    key = record_key_or_none(engine.ctx)
-    signed = {t.seq: key is not None and task_verifies(key, t.batch, t.seq, t.task_id,
-                                                        t.spec_json, t.signature)
-              for t in store.batch_tasks(batch_id)}
-    for t in report["tasks"]:
-        t["task_signature"] = "valid" if signed.get(t["seq"]) else "invalid"
-    return report
+    key = record_key_or_none(ctx)
+    tasks = []
+    states: dict[str, int] = {}
+    for t in ctx.store.batch_tasks(b.id):
+        view = task_view(ctx, t, key=key)
+        view["task_signature"] = "valid" if _task_signed(key, t) else "invalid"
+        tasks.append(view)
+        states[t.state] = states.get(t.state, 0) + 1
+    return {"batch": b.id, "created_at": b.created_at, "source": b.source, "tasks": tasks,
+            "states": states,
+            "done_verified": sum(v["state"] == "done" and v["task_signature"] == "valid"
+                                 for v in tasks)}

@@ -56,10 +56,14 @@ def listen(bind: access.Bind, allow_remote: bool = False) -> list[socket.socket]
             raise UserError(f"{where}: a loopback dashboard listens on 127.0.0.1 and [::1] "
                             "(the name its page is served under resolves to both); give "
                             f"--bind 127.0.0.1:{bind.port}")
-        return _loopback_pair(where, bind.port)
+        return _pair(where, bind.port, "127.0.0.1", "::1")
     if not allow_remote:
         raise UserError(f"{where} resolved to {address[0]}, not a loopback address; give "
                         "--allow-remote to accept that")
+    if str(address[0]) in ("0.0.0.0", "::"):
+        # every address: both families, or another user could take the other
+        # family's wildcard on this port and be reached first by some clients
+        return _pair(where, bind.port, "0.0.0.0", "::")
     return [_bound(where, family, address)]
 
 
@@ -88,31 +92,31 @@ def _text(address: tuple[object, ...]) -> str:
     return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
 
 
-def _loopback_pair(where: str, port: int) -> list[socket.socket]:
+def _pair(where: str, port: int, v4: str, v6: str) -> list[socket.socket]:
+    """``v4`` and ``v6`` on one port (port 0: one free on both)."""
     for _ in range(PAIR_TRIES if port == 0 else 1):
         try:
-            four = _bound(where, socket.AF_INET, ("127.0.0.1", port))
+            four = _bound(where, socket.AF_INET, (v4, port))
         except OSError as e:
-            raise UserError(f"{where}: 127.0.0.1: {e.strerror}") from None
+            raise UserError(f"{where}: {v4}: {e.strerror}") from None
         got = int(four.getsockname()[1])
         try:
-            six = _bound(where, socket.AF_INET6, ("::1", got, 0, 0))
+            six = _bound(where, socket.AF_INET6, (v6, got, 0, 0))
         except OSError as e:
             if e.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
-                return [four]  # no IPv6 loopback here: no one can hold [::1] either
+                return [four]  # no IPv6 here: no one can hold [v6] either
             four.close()
-            raise UserError(f"{where}: [::1]: {e.strerror}") from None
+            raise UserError(f"{where}: [{v6}]: {e.strerror}") from None
         except UserError:
             four.close()
             if port == 0:
-                continue  # [::1] on that port is someone else's: another port
+                continue  # [v6] on that port is someone else's: another port
             raise UserError(
-                f"{where}: [::1]:{got} is held by another process; a browser opening this "
-                "dashboard's name would reach that process first (it tries [::1] before "
-                "127.0.0.1) and hand it the token; give another port, or port 0") from None
+                f"{where}: [{v6}]:{got} is held by another process; a browser opening this "
+                f"dashboard's name would reach that process first (it tries IPv6 before "
+                "IPv4) and hand it the token; give another port, or port 0") from None
         return [four, six]
-    raise UserError(f"{where}: no port was free on both 127.0.0.1 and [::1] in "
-                    f"{PAIR_TRIES} tries")
+    raise UserError(f"{where}: no port was free on both {v4} and [{v6}] in {PAIR_TRIES} tries")
 
 
 def serve(home: str | None, bind_text: str, *, allow_remote: bool,

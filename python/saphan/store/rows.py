@@ -92,6 +92,14 @@ class Slot(NamedTuple):
         }
 
 
+def _text(r: Row) -> tuple[Any, ...]:
+    """The row's values, any bytes among them as text (SQLite keeps a BLOB in a
+    TEXT column; a row saphan wrote never has one): decoded, errors replaced."""
+    if not any(isinstance(v, bytes) for v in r):
+        return tuple(r)
+    return tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in r)
+
+
 def _whole(value: object) -> bool:
     """None or an int (not a bool)."""
     return value is None or (isinstance(value, int) and not isinstance(value, bool))
@@ -118,7 +126,7 @@ class RunRow(NamedTuple):
 
     @classmethod
     def from_row(cls, r: Row) -> RunRow:
-        row = cls(*r)
+        row = cls(*_text(r))
         # SQLite keeps any value in any column: a holder's pid or start time
         # that is not a number names no process (a row saphan did not write)
         if not _whole(row.holder_pid) or not _whole(row.holder_start_ticks):
@@ -157,7 +165,7 @@ class Batch(NamedTuple):
 
     @classmethod
     def from_row(cls, r: Row) -> Batch:
-        return cls(*r)
+        return cls(*_text(r))
 
 
 Holder4 = tuple[str, int, int | None, str | None]
@@ -192,7 +200,7 @@ class Task(NamedTuple):
 
     @classmethod
     def from_row(cls, r: Row) -> Task:
-        return cls(*r)
+        return cls(*_text(r))
 
     @property
     def worker(self) -> Holder4 | None:
