@@ -225,8 +225,13 @@ def test_a_live_record_backs_its_row_only_while_running_for_its_holder(ctx: Cont
     assert found is not None
     crashed = {**found, "driven_by": {**found["driven_by"], "pid": _dead_pid()}}
     assert not live.backs(crashed, far, far_tag="ssh://op@far1:22")  # its driver is gone
-    lost = {**crashed, "connection_lost": {"at": now_iso()}}
-    assert live.backs(lost, far, far_tag="ssh://op@far1:22")  # left running on purpose
+    left = {**crashed, "left_running": True}  # run/record.still_running writes it
+    assert live.backs(left, far, far_tag="ssh://op@far1:22")  # left running on purpose
+    # a record naming its far process backs only a row naming that very process
+    named = {**left, "far_process": {"pid": 5, "start_ticks": far.holder_start_ticks,
+                                     "boot_id": far.holder_boot_id}}
+    assert live.backs(named, far, far_tag="ssh://op@far1:22")
+    assert not live.backs(named, far._replace(holder_pid=6), far_tag="ssh://op@far1:22")
     # the run ended and its row was set live again (by a store writer): the ended record
     # verifies, but it says the run ended
     _ended_file(ctx, record)

@@ -201,6 +201,9 @@ def test_finalized_by_operator(ctx: Context) -> None:
     assert note.startswith("finalised by `saphan runs finalize` at ")
     assert f"(uid {os.getuid()}): stuck since Tuesday" in note
     assert ctx.store.live_runs("m", "s1") == []
+    # the live record file ("running") does not outlive the row's end
+    got = _file(ctx, record["id"])
+    assert got["outcome"] == "finalized-by-operator" and _file_verifies(ctx, got)
 
 
 @pytest.mark.parametrize("signed", [True, False])

@@ -226,6 +226,19 @@ def test_text_in_number_columns_is_flagged_not_a_failure(
     assert [r["run"] for r in reader.fleet(engine)["stray"]] == [rid]
     (shown,) = reader.runs(engine, RunFilters())["rows"]
     assert shown["id"] == rid and shown["live"] and not shown["backed"]
+    # BLOB start times (SQLite sorts them after all text) and invalid UTF-8 in a TEXT
+    # column: listed, and the paging stops at them with a note, never a wrong page
+    honest = [_refused(engine) for _ in range(3)]
+    blobs = [_refused(engine) for _ in range(3)]
+    for b in blobs:
+        engine.store.db.execute("UPDATE runs SET started_at = x'30' WHERE id = ?", (b,))
+    engine.store.db.execute("UPDATE runs SET workdir = CAST(x'2f77ff' AS TEXT) WHERE id = ?",
+                            (honest[0],))
+    page = reader.runs(engine, RunFilters(limit=2))
+    assert {r["id"] for r in page["rows"]} <= set(blobs)
+    assert page["next"] is None and "paging stops" in page["blocked"]
+    every = reader.runs(engine, RunFilters(limit=25))["rows"]
+    assert {*honest, *blobs, rid} == {r["id"] for r in every}
     engine.close()
 
 

@@ -131,11 +131,12 @@ def backs(found: dict[str, Any] | None, row: RunRow, *, far_tag: str | None = No
     """The live record file (:func:`read_record`: signed here, for this run)
     says the run is running, driven by the very holder the row names. For a
     far run — the row's holder is the far process, written as ``far_tag``
-    (the row's SSH machine's) — the record's driver must be a process alive
-    on this host, or the record must say the connection was lost and the run
-    left running (site/ssh.py). Anything else (no file; an ENDED record under
-    a row set live again; another holder; a crashed driver's file under a far
-    holder someone wrote) leaves the row alone saying the seat is held."""
+    (the row's SSH machine's), and the one the record names if it names one —
+    the record's driver must be a process alive on this host, or the record
+    must say the run was left running (run/record.still_running). Anything
+    else (no file; an ENDED record under a row set live again; another holder;
+    a crashed driver's file under a far holder someone wrote) leaves the row
+    alone saying the seat is held."""
     from saphan.liveness import Holder, check, this_host
 
     if found is None or ended(found) or found.get("state") != "running":
@@ -146,7 +147,12 @@ def backs(found: dict[str, Any] | None, row: RunRow, *, far_tag: str | None = No
     if (row.holder_host or "").startswith("ssh://"):
         if far_tag is None or row.holder_host != far_tag or d.get("host") != this_host():
             return False
-        if isinstance(found.get("connection_lost"), dict):
+        far = found.get("far_process")
+        if isinstance(far, dict) and (far.get("pid"), far.get("start_ticks"),
+                                      far.get("boot_id")) != (
+                row.holder_pid, row.holder_start_ticks, row.holder_boot_id):
+            return False  # the record names the far process: the row must too
+        if found.get("left_running") is True:
             return True
         pid, ticks, boot = d.get("pid"), d.get("start_ticks"), d.get("boot_id")
         if not isinstance(pid, int) or isinstance(pid, bool):

@@ -174,8 +174,10 @@ def running(ctx: Context, record: dict[str, Any]) -> None:
 
 def still_running(ctx: Context, record: dict[str, Any]) -> None:
     """A far run whose connection was lost while its process ran: the row
-    stays live with its far holder; conflict handling or the operator ends it."""
-    live = signed_json(ctx, {**record, "state": "running"})
+    stays live with its far holder; conflict handling or the operator ends it.
+    ``left_running`` (signed) says so: its driver is gone by design
+    (run/live.backs)."""
+    live = signed_json(ctx, {**record, "state": "running", "left_running": True})
     path = _write_signed(ctx, record["id"], live)
     _to_store(ctx, record["id"], path, "is left running on its far machine",
               lambda: ctx.store.set_record(record["id"], live))
@@ -241,10 +243,13 @@ def finalized_by_operator(ctx: Context, row: RunRow, reason: str) -> RunRecord:
         ctx.record_key(), row, outcome="finalized-by-operator", finished_at=now,
         note=f"finalised by `saphan runs finalize` at {now} (uid {os.getuid()}): {reason}",
     )
-    ctx.store.finalize(
+    done = ctx.store.finalize(
         row.id, state="ended", outcome="finalized-by-operator", record_json=record_json,
         finished_at=now,
     )
+    if done and (ctx.workspace.run_dir(row.id) / "record.json").exists():
+        # the live record file ("running") would otherwise outlive the row's end
+        _file_from_store(ctx, row.id)
     return ctx.run_record(row.id)
 
 

@@ -141,7 +141,6 @@ class Readers:
         if reading is None:
             loop = asyncio.get_running_loop()
             reading = loop.create_future()
-            self._reading[key] = reading
 
             def kept_once_read(f: asyncio.Future[Any]) -> None:
                 self._reading.pop(key, None)
@@ -154,6 +153,7 @@ class Readers:
             reading.add_done_callback(kept_once_read)
             threading.Thread(target=self._read_diff, args=(loop, reading, record, signature),
                              name="saphan-diff", daemon=True).start()
+            self._reading[key] = reading  # shared once its reader runs
         # shielded: a page that goes away does not cancel the read others wait for
         return await asyncio.shield(reading)
 
@@ -161,15 +161,21 @@ class Readers:
                    record: dict[str, Any], signature: str) -> None:
         """One diff at a time (``_diff_turn``), on a daemon thread: Ctrl-C does
         not wait for a git a run made slow (git's own pipe closes with us)."""
+        from contextlib import suppress
+
         from saphan.run.diff import branch_diff
 
-        with self._diff_turn:
-            try:
-                got: Any = branch_diff(record, signature=signature)
-            except Exception as e:
-                loop.call_soon_threadsafe(_settle, into, None, e)
-                return
-        loop.call_soon_threadsafe(_settle, into, got, None)
+        got: Any = None
+        error: Exception | None = RuntimeError("the diff read did not finish")
+        try:
+            with self._diff_turn:
+                got = branch_diff(record, signature=signature)
+                error = None
+        except Exception as e:  # handed to the page that waits for it
+            error = e
+        finally:
+            with suppress(RuntimeError):  # the loop closed meanwhile (Ctrl-C): nobody waits
+                loop.call_soon_threadsafe(_settle, into, got, error)
 
     def close(self) -> None:
         from contextlib import suppress

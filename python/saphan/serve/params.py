@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 #: a page cursor's started_at, base64url without padding (a few hundred bytes at most)
-_B64 = re.compile(r"^[A-Za-z0-9_-]{1,1400}$")
+_B64 = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _WORD = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
 #: the largest byte offset a log tail is asked from
@@ -71,14 +71,15 @@ def offset(value: str, param: str = "offset") -> int:
     return int(value)
 
 
-#: the longest started_at a page cursor carries (bytes; saphan writes 27)
-CURSOR_STARTED_LIMIT = 1024
+#: a start time as saphan writes it (timefmt.now_iso): the only kind a page
+#: cursor carries. A row with any other (text, a BLOB SQLite sorts after all
+#: text) ends the paging with a note (serve/reader.runs), never a wrong page
+_STARTED = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?Z?")
 
 
 def cursor(value: str) -> tuple[str, str]:
-    """``B64~RUNID``: the last run of the page before — its started_at as the
-    store has it (base64url: whatever a row holds, a forged one too, pages on,
-    up to :data:`CURSOR_STARTED_LIMIT` bytes, no NUL) and its run id."""
+    """``B64~RUNID``: the last run of the page before — its started_at
+    (base64url) in the shape saphan writes (:data:`_STARTED`) and its run id."""
     import base64
     import binascii
 
@@ -99,8 +100,7 @@ def cursor_ok(started_at: object, rid: object) -> bool:
     from saphan.ids import is_run_id
 
     return (isinstance(started_at, str) and isinstance(rid, str) and is_run_id(rid)
-            and "\x00" not in started_at
-            and len(started_at.encode()) <= CURSOR_STARTED_LIMIT)
+            and _STARTED.fullmatch(started_at) is not None)
 
 
 def cursor_text(started_at: str, rid: str) -> str:

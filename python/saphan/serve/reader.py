@@ -351,5 +351,7 @@ def batch(engine: Engine, batch_id: str) -> dict[str, Any]:
         states[t.state] = states.get(t.state, 0) + 1
     return {"batch": b.id, "created_at": b.created_at, "source": b.source, "tasks": tasks,
             "states": states,
+            # done: the task row verifies AND its run's record does (a task's
+            # state and claim are the store's word; its spec and the record are signed)
             "done_verified": sum(v["state"] == "done" and v["task_signature"] == "valid"
-                                 for v in tasks)}
+                                 and v.get("signature") == "valid" for v in tasks)}

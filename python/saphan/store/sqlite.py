@@ -33,6 +33,7 @@ class SQLiteConnector:
         try:
             # isolation_level=None: autocommit; explicit transactions are ours.
             db = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            db.text_factory = _text
             db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA foreign_keys = ON")
@@ -52,6 +53,7 @@ class SQLiteConnector:
             try:
                 db = sqlite3.connect(f"file:{quote(str(self._path))}?{flags}", uri=True,
                                      timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+                db.text_factory = _text
                 db.execute("SELECT count(*) FROM sqlite_master").fetchall()
                 return db
             except sqlite3.Error as e:
@@ -89,3 +91,11 @@ class SQLiteConnector:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _text(raw: bytes) -> str:
+    """A TEXT value as str: SQLite keeps any bytes in a TEXT column (a row
+    saphan did not write may hold invalid UTF-8); undecodable bytes are
+    replaced, so such a row reads as a row that does not verify, never as a
+    failure of every query that meets it."""
+    return raw.decode("utf-8", "replace")
