@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from conftest import Saphan, require, saphan_exe
 
@@ -98,16 +99,23 @@ def serving(s: Saphan, *args: str, ready: float = 30.0) -> Iterator[Served]:
         assert m, url
         yield Served(m.group(1), int(m.group(2)), m.group(3), url, proc, lines)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen[Any], timeout: float = 15) -> int:
+    """End a process as Ctrl-C does (SIGINT), SIGKILL past ``timeout``; its
+    pipes closed. Its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    return proc.returncode
 
 
 def pid_alive(pid: int) -> bool:

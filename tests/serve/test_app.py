@@ -19,7 +19,7 @@ from urllib.parse import quote
 import pytest
 
 from conftest import Saphan, saphan_exe
-from serve.served import Served, serving
+from serve.served import Served, serving, stop
 
 HOSTILE = ("printf '<script>document.title=\"pwned\"</script><img src=x onerror=alert(1)>"
            "\\033]52;c;aGk=\\007 \\033[31mred\\342\\200\\256evil\\n'")
@@ -247,11 +247,7 @@ def test_allow_remote_says_who_can_reach_it(saphan_sqlite: Saphan) -> None:
         assert "open:" in lines[1] and "?token=" in lines[1]
         assert "over the network" in lines[2] and "unencrypted" in lines[2]
     finally:
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=15) in (0, 130, -signal.SIGINT)
-        for pipe in (proc.stdout, proc.stderr):
-            assert pipe is not None
-            pipe.close()
+        assert stop(proc) in (0, 130, -signal.SIGINT)
 
 
 def test_without_the_extra_it_says_how_to_install_it(saphan_sqlite: Saphan) -> None:
@@ -402,8 +398,4 @@ def test_json_start_line_for_programs(saphan_sqlite: Saphan) -> None:
         served = Served(said["name"], said["port"], said["token"], said["url"], proc)
         assert served.get("/runs").status == 200
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=15)
-        for pipe in (proc.stdout, proc.stderr):
-            assert pipe is not None
-            pipe.close()
+        stop(proc)

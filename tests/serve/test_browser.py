@@ -26,7 +26,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -39,7 +38,7 @@ from typing import Any
 import pytest
 
 from conftest import Saphan, require, saphan_exe
-from serve.served import Served, pid_alive, serving
+from serve.served import Served, pid_alive, serving, stop
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -169,13 +168,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory,
 
         yield Workspace(s, done, live, proc, live_wd / "go", refused, repo_run, hostile, wd)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(proc, timeout=30)
         deadline = time.monotonic() + 10
         while _left_running(marker) and time.monotonic() < deadline:
             time.sleep(0.2)
