@@ -161,7 +161,9 @@ def test_sigint_stops_the_batch_and_resume_runs_the_rest_only(saphan_sqlite: Sap
     states = {t["id"]: t["state"] for t in report["tasks"]}
     assert "claimed" not in states.values()
     done_ids = sorted(i for i, st in states.items() if st == "done")
-    assert done_ids == _marks(wd, "done"), (done_ids, _marks(wd, "done"))
+    assert done_ids == _marks(wd, "done"), (
+        done_ids, _marks(wd, "done"),
+        [t for t in report["tasks"] if t["state"] == "done" and t["id"] not in _marks(wd, "done")])
     assert len(done_ids) >= len(before)
     # the tasks running at Ctrl-C went back to pending, their runs recorded interrupted
     back = [t for t in report["tasks"] if t["earlier_runs"]]
@@ -346,3 +348,40 @@ def test_a_module_a_run_plants_in_the_default_workdir_is_never_imported(
     assert r.code == 0, r.err
     assert (wd / "json.py").exists()  # the run did write it, in its own directory
     assert not pwned.exists()
+
+
+@pytest.mark.parametrize("stopping", [True, False])
+def test_a_child_that_exits_1_while_stopping_gives_its_task_back(engine_ctx: Any,
+                                                                 stopping: bool) -> None:
+    """Told SIGINT while Python was still starting, a child dies of
+    KeyboardInterrupt with status 1 (CI caught it: the task was done as an
+    error, never run). While the batch stops that is a stopped task, given
+    back; otherwise an unexplained status 1 is the task's error."""
+    import sys
+
+    from saphan.batch import worker
+    from saphan.liveness import current_holder
+    from saphan.store.rows import Batch
+
+    store = engine_ctx.store
+    store.add_batch(Batch("B1", "2024-01-01T00:00:00.000000Z", "/src/b.jsonl", "0" * 64, 1),
+                    [("t0", json.dumps({"tool": "command", "command": ["true"]}), "sig")])
+    t = store.claim_task("B1", "RUN1", current_holder().as_tuple())
+    assert t is not None
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stderr.write("
+                             "'KeyboardInterrupt\\n'); sys.exit(1)"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    err = proc.communicate()[1]
+    child = worker._Child(t, proc, err=bytearray(err))
+    events: list[Any] = []
+    worker._reaped(engine_ctx, child, stopping, events.append, worker._Loop())
+    got = store.get_task("B1", 0)
+    assert got is not None
+    if stopping:
+        assert (got.state, got.outcome) == ("pending", None)
+        assert got.error == "no run was made: its child exited 1"
+        assert [e.kind for e in events] == ["requeued"]
+    else:
+        assert (got.state, got.outcome) == ("done", "error")
+        assert got.error == "its process exited 1: KeyboardInterrupt"

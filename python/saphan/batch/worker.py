@@ -279,7 +279,10 @@ def _reaped(ctx: Context, c: _Child, stopping: bool, emit: Callable[[Event], Non
         # a passing fault before any run: claimed again, after a pause
         state.hold_until = time.monotonic() + state.hold
         state.hold = min(state.hold * 2, RETRY_MOST)
-    elif rc not in (0, 3, EXIT_CLAIM_GONE) and 0 < rc < 128:
+    elif rc not in (0, 3, EXIT_CLAIM_GONE) and 0 < rc < 128 and not stopping:
+        # While stopping, a child told SIGINT before its handlers were up
+        # (Python still starting: KeyboardInterrupt, status 1) is a stopped
+        # task, not a failed one: concluded from its row, or given back.
         error = f"its process exited {rc}: {_tail(c.err) or '(nothing on stderr)'}"
     if rc == 0:
         state.hold = RETRY_FIRST
