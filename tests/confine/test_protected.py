@@ -255,6 +255,17 @@ def test_touched_in_tree_flags_protected_first_components() -> None:
         touched_in_tree(paths, allowed=["src"])
 
 
+def test_touched_in_tree_flags_gitattributes_at_any_depth() -> None:
+    """git reads every directory's .gitattributes: a nested one routes its
+    directory's files to the operator's drivers as the top one does."""
+    paths = ["src/.gitattributes", "a/b/c/.GitAttributes.", "docs/gitattributes",
+             "x/.gitattributes.d/y", "src/.vscode/settings.json", "src/a.py"]
+    assert touched_in_tree(paths, allowed=()) == ["src/.gitattributes",
+                                                  "a/b/c/.GitAttributes."]
+    # the class that names .gitattributes allows it at every depth
+    assert touched_in_tree(paths, allowed=[".gitattributes"]) == []
+
+
 def test_touched_in_tree_on_a_real_commit(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -30,7 +30,10 @@ A permission class may name protected entries a run may change
 import, and the snapshot still reports what happened to them.
 
 Only the top of the tree is covered: a protected name in a subdirectory (a
-nested repository's ``.git``, a sub-project's ``.vscode``) is not.
+nested repository's ``.git``, a sub-project's ``.vscode``) is not — except
+at import, for the names in :data:`AT_ANY_DEPTH`: git reads those in every
+directory of the repository for the paths below it, so one a run commits
+in a subdirectory acts on the operator's own git commands at the top.
 """
 
 from __future__ import annotations
@@ -119,6 +122,11 @@ NAMES: tuple[str, ...] = (
     ".local",
     ".ssh",
 )
+
+#: protected names git reads in every directory, not only at the top: a
+#: ``sub/.gitattributes`` routes ``sub/``'s files to the operator's configured
+#: filter, diff and merge drivers as the top one does (import refuses both)
+AT_ANY_DEPTH: tuple[str, ...] = (".gitattributes",)
 
 #: a regular file larger than this is compared by size, times and inode, not read
 MAX_FILE_BYTES = 1 << 20
@@ -469,12 +477,16 @@ def touched_in_tree(paths: Iterable[str], allowed: Collection[str],
                     extra: Sequence[str] = ()) -> list[str]:
     """The repository-relative ``paths`` (as ``git diff --name-only -z base
     new`` prints them) whose first component is a protected name not in
-    ``allowed``, in order, each once. Names are compared as a case-insensitive
-    filesystem would (``.VSCode/x`` is ``.vscode/x`` on a Mac checkout)."""
+    ``allowed``, or any of whose components is one of :data:`AT_ANY_DEPTH`
+    not in ``allowed``; in order, each once. Names are compared as a
+    case-insensitive filesystem would (``.VSCode/x`` is ``.vscode/x`` on a
+    Mac checkout)."""
     keep = {_fold(n) for n in _check_allowed(allowed)}
     guarded = {_fold(n) for n in (*NAMES, *extra)} - keep
+    anywhere = {_fold(n) for n in AT_ANY_DEPTH} - keep
     out: dict[str, None] = {}
     for path in paths:
-        if _fold(path.split("/", 1)[0]) in guarded:
+        parts = path.split("/")
+        if _fold(parts[0]) in guarded or any(_fold(p) in anywhere for p in parts[1:]):
             out[path] = None
     return list(out)

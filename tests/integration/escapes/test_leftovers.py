@@ -506,6 +506,22 @@ def test_created_protected_files_are_reported_and_not_imported(bw: Saphan, repo:
     _tally("created protected files (reported, not imported)", True)
 
 
+def test_a_nested_gitattributes_is_not_imported(bw: Saphan, repo: Path) -> None:
+    """git reads every directory's .gitattributes: one committed in a
+    subdirectory routes that directory's files to the operator's configured
+    filter and diff drivers as the top one would (found by a review)."""
+    r = bw("run", "--machine", "here", "--slot", "s1", "--repo", str(repo), "--", "sh", "-c",
+           "mkdir -p src/deep && echo '* diff=anything filter=anything' > "
+           "src/deep/.gitattributes && echo x > src/deep/a.txt && git add -A && "
+           "git commit -q -m nested", env=bw.env(**GIT_ENV))
+    assert r.code == 0, r.err
+    rec = bw.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict) and rec["worktree"]["import"]["result"] == "refused", rec
+    assert "src/deep/.gitattributes" in rec["worktree"]["import"]["why"]
+    assert git(repo, "rev-parse", rec["worktree"]["branch"]).strip() == rec["worktree"]["base"]
+    _tally("a nested .gitattributes at import", True)
+
+
 # -- 8. a launcher refusal is a refusal ---------------------------------------------------
 
 def test_launcher_refusal_on_the_local_lane_is_recorded(saphan_sqlite: Saphan, tmp_path: Path,
