@@ -127,17 +127,28 @@ def test_unfinished_run_requeued_while_attempts_remain(engine_ctx: Any) -> None:
         assert again.seq == 0 and again.attempts == MAX_ATTEMPTS
 
 
-def test_unfinished_run_done_when_attempts_reached(engine_ctx: Any) -> None:
+def test_holder_dead_run_done_when_attempts_reached(engine_ctx: Any) -> None:
     store = engine_ctx.store
-    for outcome in ("holder-dead", "interrupted"):
-        batch, run_id = f"B-{outcome}", f"RUN-{outcome}"
-        _batch(store, 1, batch)
-        t = _claimed_after(store, MAX_ATTEMPTS, _dead(), batch, run_id)
-        _run(store, run_id, outcome=outcome, exit_code=None)
-        assert conclude(engine_ctx, t, why="w") == "done"
-        got = _task(store, 0, batch)
-        assert (got.state, got.outcome, got.exit_code) == ("done", outcome, None)
-        assert got.earlier_runs == ""
+    _batch(store, 1)
+    t = _claimed_after(store, MAX_ATTEMPTS, _dead())
+    _run(store, "RUN", outcome="holder-dead", exit_code=None)
+    assert conclude(engine_ctx, t, why="w") == "done"
+    got = _task(store)
+    assert (got.state, got.outcome, got.exit_code) == ("done", "holder-dead", None)
+    assert got.earlier_runs == ""
+
+
+def test_an_interrupted_run_gives_its_task_back_whatever_the_attempts(engine_ctx: Any) -> None:
+    """Only a stop interrupts a run (a signal to its driver, or its worker's
+    death through the lifeline): judged later by another worker, it still
+    never uses up the task (review: three stops ended a task done unrun)."""
+    store = engine_ctx.store
+    _batch(store, 1)
+    t = _claimed_after(store, MAX_ATTEMPTS + 2, _dead())
+    _run(store, "RUN", outcome="interrupted", exit_code=None)
+    assert conclude(engine_ctx, t, why="w") == "requeued"
+    got = _task(store)
+    assert got.state == "pending" and got.earlier_runs.split() == ["RUN"]
 
 
 def test_interrupted_requeues_whatever_the_attempts(engine_ctx: Any) -> None:

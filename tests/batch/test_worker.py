@@ -385,3 +385,41 @@ def test_a_child_that_exits_1_while_stopping_gives_its_task_back(engine_ctx: Any
     else:
         assert (got.state, got.outcome) == ("done", "error")
         assert got.error == "its process exited 1: KeyboardInterrupt"
+
+
+def test_double_ctrl_c_three_times_then_every_task_runs_once(saphan_sqlite: Saphan,
+                                                             tmp_path: Path) -> None:
+    """Two signals at once kill the children (SIGKILL); the worker ends their
+    runs holder-dead and gives their tasks back before it returns, and stops
+    never use up a task's attempts (review: a third stopped claim ended its
+    task done, never run; a second Ctrl-C left tasks claimed)."""
+    s = saphan_sqlite
+    _fleet(s, {"a": 2})
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    path = _batch_file(tmp_path / "b.jsonl", wd, 3, 2.0)
+    batch_id = ""
+    for round_ in range(3):
+        p = _start(s, "run", str(path), "--json") if round_ == 0 else \
+            _start(s, "resume", batch_id, "--json")
+        if round_ == 0:
+            batch_id = _batch_id(p)
+        _wait(lambda: len(_marks(wd, "live")) >= 2, "two tasks running")
+        # two signals before the worker's next turn (two of one kind would
+        # be merged while pending): it goes straight to SIGKILL
+        os.kill(p.pid, signal.SIGINT)
+        os.kill(p.pid, signal.SIGTERM)
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 130, err
+        states = {t["id"]: (t["state"], t["attempts"]) for t in json.loads(out)["tasks"]}
+        assert all(st != "claimed" for st, _ in states.values()), states
+        assert _marks(wd, "done") == [], states  # killed mid-sleep: none finished
+        assert json.loads(s.ok("runs", "list", "--state", "live", "--json").out) == []
+        for f in (wd / "live").iterdir():
+            f.unlink()  # the killed tasks' marks
+    r = s("batch", "resume", batch_id, "--json", timeout=300)
+    assert r.code == 0, r.err
+    tasks = json.loads(r.out)["tasks"]
+    assert {(t["state"], t["outcome"]) for t in tasks} == {("done", "exited")}, tasks
+    assert max(t["attempts"] for t in tasks) > 3  # stopped claims counted, never fatal
+    assert _marks(wd, "done") == ["t00", "t01", "t02"] and _marks(wd, "dup") == []

@@ -306,3 +306,52 @@ def test_a_second_signal_kills_a_child_that_ignores_the_first(tmp_path: Path) ->
     sender.join()
     assert info.value.exit_code == -signal.SIGKILL
     assert time.monotonic() - t0 < 5
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_what_the_child_left_in_its_group_is_killed_when_it_ends(tmp_path: Path) -> None:
+    """The child ends while something it started still holds the pipes, with
+    no time limit (a command run): that is killed and the run returns at once
+    (review: bubblewrap's inner process, stuck in its handshake after a
+    signal killed the outer one, held a stopping batch open for ever)."""
+    t0 = time.monotonic()
+    done = local.run(["sh", "-c", "sleep 300 & echo $!; exit 7"], cwd=str(tmp_path),
+                     run_dir=str(tmp_path), stream=False)
+    took = time.monotonic() - t0
+    assert done.exit_code == 7 and not done.killed_at_limit
+    pid = int(Path(done.stdout_path).read_text())
+    assert took < 5, took
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(pid), "the sleep the child left went on after the run"
+
+
+def test_one_that_left_the_group_and_holds_the_pipes_is_not_waited_for(tmp_path: Path) -> None:
+    """A process of its own session (not in the child's group) holding the
+    pipes after the child ended: the output is read for KILL_GRACE more, then
+    the run returns (no time limit needed)."""
+    t0 = time.monotonic()
+    done = local.run(["sh", "-c", "setsid sleep 20 & echo started; exit 0"], cwd=str(tmp_path),
+                     run_dir=str(tmp_path), stream=False)
+    took = time.monotonic() - t0
+    assert done.exit_code == 0 and not done.killed_at_limit
+    assert Path(done.stdout_path).read_text() == "started\n"
+    assert took < local.EXIT_POLL + local.KILL_GRACE + 2, took
+
+
+def test_the_child_leads_its_own_process_group(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches saphan alone (it tells the run), and the
+    group is what is killed when the child ends."""
+    done = local.run(["sh", "-c", "cat /proc/$$/stat"], cwd=str(tmp_path),
+                     run_dir=str(tmp_path), stream=False)
+    stat = Path(done.stdout_path).read_text()
+    pid, pgid = stat.split()[0], stat.rsplit(")", 1)[1].split()[2]
+    assert pid == pgid and int(pgid) != os.getpgid(0)

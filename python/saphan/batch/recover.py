@@ -7,9 +7,12 @@ watches — its worker measured dead, or its worker's child gone — is
 concluded here, by any worker of the batch:
 
     the run's row is finished      done, with the run's outcome; but a run
-                                   that did not end on its own (holder-dead,
-                                   interrupted) gives the task back to
-                                   pending, up to MAX_ATTEMPTS claims
+                                   that did not end on its own gives the
+                                   task back to pending: always when it was
+                                   interrupted (only a stop does that: a
+                                   signal to its driver, or its worker's
+                                   death through the lifeline), up to
+                                   MAX_ATTEMPTS claims when its holder died
     the run's row is live          left: the run's own holder decides, and
                                    run/live.reconcile ends a dead holder's row
                                    here; a far holder is read over its
@@ -118,7 +121,11 @@ def conclude(ctx: Context, t: Task, *, why: str, error: str | None = None,
     if row is not None:
         if row.live:
             return None
-        if row.outcome in NOT_FINISHED and (interrupted or t.attempts < MAX_ATTEMPTS):
+        # An interrupted run was stopped, never failed: stops (however many)
+        # do not use up the task's attempts (review: three stops ended a task
+        # done that never ran).
+        if row.outcome in NOT_FINISHED and (interrupted or row.outcome == "interrupted"
+                                            or t.attempts < MAX_ATTEMPTS):
             ok = store.requeue_task(t.batch, t.seq, t.run_id, child_pid=t.child_pid,
                                     why=f"run {row.id} ended {row.outcome}", attempted=True)
             return "requeued" if ok else None

@@ -21,9 +21,9 @@ Ctrl-C (SIGINT, SIGTERM, SIGHUP): no task is claimed any more; each child
 is told SIGINT, which ends its run as ``saphan run`` ends one (recorded
 interrupted), and its task goes back to pending; the worker returns once
 every child has ended. A second signal kills what is left (SIGKILL); the
-worker ends those runs holder-dead before it returns, and the next worker
-gives their tasks back. On SQLite one process works a batch (a lock beside
-the store).
+worker ends those runs holder-dead and gives their tasks back before it
+returns. Stops never use up a task's attempts (batch/recover.py). On
+SQLite one process works a batch (a lock beside the store).
 """
 
 from __future__ import annotations
@@ -144,6 +144,13 @@ def work(ctx: Context, batch_id: str, *, parallel: int | None = None,
             from saphan.run import live
 
             live.reconcile(ctx)  # what the second signal killed is ended holder-dead now
+            # ... and its tasks given back here, stopped (never counted as a
+            # failed attempt), not left claimed for the next worker to judge
+            for t in store.batch_tasks(batch_id, "claimed"):
+                if t.worker == me and (what := conclude(
+                        ctx, t, why="the batch was stopped", interrupted=True)) is not None:
+                    emit(Event(what, t, store.get_run(t.run_id) if t.run_id else None,
+                               note="stopped"))
     finally:
         for s, h in old.items():
             signal.signal(s, h)

@@ -40,6 +40,25 @@ KILL_GRACE = 2.0
 #: after the time limit's SIGTERM, how long the run's reaper gets to end the
 #: command and what it left (its own deadline is 10 s) before SIGKILL
 TERM_GRACE = 12.0
+#: how often the output loop looks whether the child itself has ended
+EXIT_POLL = 0.5
+
+
+def _ended(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether ``proc`` has exited, without reaping it: until it is reaped its
+    pid (and so its process group's id) cannot be reused, so the group can be
+    killed by id without reaching anyone else."""
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True  # already reaped
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL what is left in the child's process group; only while the
+    child is unreaped (:func:`_ended`), so the id is still its."""
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _die_with_saphan() -> None:
@@ -141,6 +160,11 @@ def run(
     status_r, status_w = os.pipe() if status_fd is not None else (-1, -1)
 
     def child_setup() -> None:
+        # Its own process group: what it starts and has not moved to a
+        # session of its own (bubblewrap's sandbox before its set-up
+        # handshake) is killed with it when it ends (_pump); a terminal's
+        # Ctrl-C reaches saphan alone, which tells the run (forwarded).
+        os.setpgid(0, 0)
         if sys.platform == "linux":
             _die_with_saphan()
         if status_fd is not None and status_w != status_fd:
@@ -169,6 +193,9 @@ def run(
                 sinks[status_r] = (status_f, None)
             with _forward_signals(proc, got, run_dir):
                 killed = _pump(sinks, proc, time_limit)
+                with suppress(ChildProcessError):
+                    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+                _kill_group(proc)  # it ended: nothing it left in its group goes on
                 code = proc.wait()
             proc.stdout.close()  # type: ignore[union-attr]
             proc.stderr.close()  # type: ignore[union-attr]
@@ -201,22 +228,33 @@ def _pump(sinks: dict[int, tuple[IO[bytes], Sink | None]],
           proc: subprocess.Popen[bytes], time_limit: float | None) -> bool:
     """Copy output until EOF; past ``time_limit``, SIGTERM ``proc``, then
     SIGKILL it after :data:`TERM_GRACE`, and read on for at most
-    :data:`KILL_GRACE`. Returns whether it had to stop it."""
+    :data:`KILL_GRACE`. Returns whether it had to stop it.
+
+    Once ``proc`` itself has ended (however), what is left in its process
+    group is killed and the output is read for at most :data:`KILL_GRACE`
+    more: a process that escaped the group and still holds the pipes (or one
+    stuck where no signal of ours reaches it) never holds the run open —
+    measured: a signal landing while bubblewrap set up its sandbox left the
+    inner bubblewrap waiting for ever on its handshake, holding the pipes,
+    and the run, its seat and a stopping batch with it."""
     deadline = time.monotonic() + time_limit if time_limit is not None else None
     killed = False
-    stage = 0  # 0: running; 1: SIGTERM sent; 2: SIGKILL sent
+    stage = 0  # 0: running; 1: SIGTERM sent; 2: it ended, or SIGKILL sent
     sel = selectors.DefaultSelector()
     for fd in sinks:
         sel.register(fd, selectors.EVENT_READ)
     open_fds = set(sinks)
     while open_fds:
-        if stage == 1 and proc.poll() is not None:
-            # It ended on SIGTERM; only what still holds the pipes is left.
+        if stage < 2 and _ended(proc):
+            # Only what still holds the pipes is left: its group is killed.
+            _kill_group(proc)
             stage = 2
             deadline = time.monotonic() + KILL_GRACE
         wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if stage == 1:
-            wait = min(wait or 0.0, 0.1)  # look again soon: has it ended yet?
+        if stage < 2:
+            # look again soon: has it ended yet?
+            wait = min(wait, 0.1 if stage == 1 else EXIT_POLL) if wait is not None \
+                else EXIT_POLL
         ready = sel.select(wait)
         if not ready and deadline is not None and time.monotonic() >= deadline:
             if stage == 2:
