@@ -140,12 +140,15 @@ def work(ctx: Context, batch_id: str, *, parallel: int | None = None,
                 continue
             time.sleep(POLL_STARTING if any(not c.seated for c in children.values())
                        else poll)
-        if state.told >= 2:
+        if stop.signum is not None:
             from saphan.run import live
 
-            live.reconcile(ctx)  # what the second signal killed is ended holder-dead now
-            # ... and its tasks given back here, stopped (never counted as a
-            # failed attempt), not left claimed for the next worker to judge
+            # Every child has ended. What a second signal killed (or a
+            # child that died between its seat and its run) is ended
+            # holder-dead now, and its task given back here, stopped (never
+            # counted as a failed attempt), not left claimed for the next
+            # worker to judge.
+            live.reconcile(ctx)
             for t in store.batch_tasks(batch_id, "claimed"):
                 if t.worker == me and (what := conclude(
                         ctx, t, why="the batch was stopped", interrupted=True)) is not None:
