@@ -54,11 +54,21 @@ def _ended(proc: subprocess.Popen[bytes]) -> bool:
         return True  # already reaped
 
 
+def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """``sig`` to the child, never reaping it (Popen.send_signal polls, and
+    would reap it): nothing here reaps the child but the final ``wait``, so
+    its pid and its group's id stay its own while it is signalled."""
+    if proc.returncode is None:
+        with suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL what is left in the child's process group; only while the
     child is unreaped (:func:`_ended`), so the id is still its."""
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.returncode is None:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _die_with_saphan() -> None:
@@ -114,8 +124,7 @@ def _forward_signals(proc: subprocess.Popen[bytes], got: list[int],
     def handler(signum: int, _frame: object) -> None:
         forward = signal.SIGKILL if got else requested_signal(run_dir)
         got.append(signum)
-        with suppress(ProcessLookupError):
-            proc.send_signal(forward)
+        _signal(proc, forward)
 
     return catching(handler)
 
@@ -259,13 +268,9 @@ def _pump(sinks: dict[int, tuple[IO[bytes], Sink | None]],
         if not ready and deadline is not None and time.monotonic() >= deadline:
             if stage == 2:
                 break  # grace over: what still holds the pipes is not waited for
-            with suppress(ProcessLookupError):
-                if stage == 0:
-                    # SIGTERM first: a reaper passes it on and then ends every
-                    # process the run left; SIGKILL if that takes too long.
-                    proc.terminate()
-                else:
-                    proc.kill()
+            # SIGTERM first: a reaper passes it on and then ends every
+            # process the run left; SIGKILL if that takes too long.
+            _signal(proc, signal.SIGTERM if stage == 0 else signal.SIGKILL)
             stage += 1
             killed = True
             deadline = time.monotonic() + (TERM_GRACE if stage == 1 else KILL_GRACE)
