@@ -256,3 +256,108 @@ def test_a_launcher_that_fails_its_digest_never_reads_the_frame() -> None:
         assert os.read(fr, 65536) == frame  # every byte still in the pipe
     finally:
         os.close(fr)
+
+
+# -- the local lifeline (--lifeline-fd) ------------------------------------------------
+
+def _held(argv: list[str], tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, int]:
+    """``saphan-launcher reap --status-fd S --lifeline-fd L -- ARGV``: returns
+    the process, the lifeline's write end (only this test holds it) and the
+    status pipe's read end."""
+    require(LAUNCHER.is_file(), f"the built launcher at {LAUNCHER} (ci/setup builds it)")
+    sr, sw = os.pipe()
+    lr, lw = os.pipe()
+    proc = subprocess.Popen([str(LAUNCHER), "reap", "--status-fd", str(sw), "--lifeline-fd",
+                             str(lr), "--", *argv], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            pass_fds=(sw, lr), cwd=tmp_path)
+    os.close(sw)
+    os.close(lr)
+    return proc, lw, sr
+
+
+def _gone(pid: int, within: float = 5) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_signal_line_reaches_the_command(tmp_path: Path) -> None:
+    script = "trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.05; done"
+    proc, lw, sr = _held(["/bin/sh", "-c", script], tmp_path)
+    _read_until(proc, b"ready\n")
+    os.write(lw, b"signal STOP\nsignal TERM\n")
+    out, err = proc.communicate(timeout=20)
+    os.close(lw)
+    assert proc.returncode == 7, err
+    assert b"got-term" in out
+    assert "saphan-launcher: exited code=7" in _status(sr)
+
+
+def test_the_lifeline_ending_kills_the_command_and_what_it_left(tmp_path: Path) -> None:
+    """Its caller gone (saphan died, or the boundary process between them
+    ended: review, a signal during bubblewrap's set-up left the jail running
+    after the run was recorded): the command and its daemons are killed."""
+    script = ("trap '' TERM HUP INT; setsid sh -c 'trap \"\" TERM HUP; echo $$ > daemon; "
+              "sleep 300' & echo ready; while :; do sleep 0.05; done")
+    proc, lw, sr = _held(["/bin/sh", "-c", script], tmp_path)
+    _read_until(proc, b"ready\n")
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "daemon").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    daemon = int((tmp_path / "daemon").read_text())
+    os.close(lw)
+    _out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 128 + 9, err
+    assert _gone(daemon), "the daemon the command left outlived its run"
+    assert "saphan-launcher: exited code=137" in _status(sr)
+
+
+def test_signal_kill_on_the_lifeline_kills_the_command(tmp_path: Path) -> None:
+    proc, lw, sr = _held(["/bin/sh", "-c", "trap '' TERM; echo ready; sleep 300"], tmp_path)
+    _read_until(proc, b"ready\n")
+    os.write(lw, b"signal KILL\n")
+    proc.communicate(timeout=20)
+    os.close(lw)
+    assert proc.returncode == 137
+    _status(sr)
+
+
+@pytest.mark.parametrize("before", [b"", b"signal TERM\n"])
+def test_a_lifeline_ended_or_told_before_the_start_runs_nothing(tmp_path: Path,
+                                                                before: bytes) -> None:
+    require(LAUNCHER.is_file(), f"the built launcher at {LAUNCHER} (ci/setup builds it)")
+    sr, sw = os.pipe()
+    lr, lw = os.pipe()
+    os.write(lw, before)
+    os.close(lw)
+    proc = subprocess.run([str(LAUNCHER), "reap", "--status-fd", str(sw), "--lifeline-fd",
+                           str(lr), "--", "/bin/sh", "-c", ": > ran"], stdin=subprocess.DEVNULL,
+                          capture_output=True, pass_fds=(sw, lr), cwd=tmp_path, timeout=20)
+    os.close(sw)
+    os.close(lr)
+    assert proc.returncode == 129, proc.stderr
+    assert not (tmp_path / "ran").exists()
+    assert "not started: the lifeline ended or said stop first" in _status(sr)
+
+
+def test_the_command_never_holds_the_lifeline(tmp_path: Path) -> None:
+    """Nor the status descriptor: the command inherits its stdio only."""
+    proc, lw, sr = _held(["/bin/sh", "-c", "echo $$; exec sleep 30"], tmp_path)
+    pid = int(_read_until(proc, b"\n"))
+    time.sleep(0.2)  # exec'd
+    try:
+        assert sorted(os.listdir(f"/proc/{pid}/fd")) == ["0", "1", "2"]
+    finally:
+        os.close(lw)  # ... which ends it
+        proc.communicate(timeout=20)
+    assert proc.returncode == 137
+    _status(sr)

@@ -38,11 +38,28 @@ def _launcher() -> str:
 
 def _run(b: compose.Boundary, argv: Sequence[str], status: Path) -> subprocess.CompletedProcess[str]:
     """Start ``argv`` under the boundary as saphan does: the boundary's
-    descriptors inherited, the launcher's control lines on descriptor 3."""
-    return subprocess.run(
-        ["sh", "-c", f'exec "$@" {compose.STATUS_FD}>"$0"', str(status), *b.prefix, *argv],
-        pass_fds=b.fds, capture_output=True, text=True, timeout=60,
-    )
+    descriptors inherited, the launcher's control lines on descriptor 3, its
+    lifeline on descriptor 4 (held open here for the run's length)."""
+    r, w = os.pipe()
+    # pass_fds needs the number open here: a copy holds it if it was free
+    held = fcntl.fcntl(r, fcntl.F_DUPFD_CLOEXEC, compose.LIFELINE_FD)
+    if held != compose.LIFELINE_FD:
+        os.close(held)
+        held = -1
+
+    def lifeline() -> None:  # in the child only
+        os.dup2(r, compose.LIFELINE_FD)
+
+    try:
+        return subprocess.run(
+            ["sh", "-c", f'exec "$@" {compose.STATUS_FD}>"$0"', str(status), *b.prefix, *argv],
+            pass_fds=(*b.fds, compose.LIFELINE_FD), preexec_fn=lifeline, capture_output=True,
+            text=True, timeout=60,
+        )
+    finally:
+        for fd in (r, w, held):
+            if fd >= 0:
+                os.close(fd)
 
 
 def _open_fds() -> set[str]:
@@ -82,11 +99,13 @@ def test_linux_composes_the_trusted_bubblewrap_with_the_reaper_inside(
         assert (b.mechanism, b.executable, b.executable_sha256) == ("bubblewrap", exe, _sha256(exe))
         assert version.strip() == f"bubblewrap {b.version}"
         assert b.status_fd == compose.STATUS_FD == 3
+        assert b.lifeline_fd == compose.LIFELINE_FD == 4
         assert len(b.fds) == len(policy.writable_dirs)
         fds = dict(zip(policy.writable_dirs, b.fds, strict=True))
         reaper = _launcher()
         assert b.prefix == [*bwrap.render(policy, exe, fds), reaper, "reap", "--expect-sha256",
-                            _native.sha256_file(reaper), "--status-fd", "3", "--"]
+                            _native.sha256_file(reaper), "--status-fd", "3", "--lifeline-fd",
+                            "4", "--"]
         assert b.record() == {
             "mechanism": "bubblewrap", "version": b.version, "executable": exe,
             "executable_sha256": _sha256(exe),
@@ -163,7 +182,7 @@ def test_reaper_prefix_is_the_launchers_reap_with_its_digest() -> None:
     prefix, extra = compose.reaper_prefix()
     reaper = _launcher()
     assert prefix == [reaper, "reap", "--expect-sha256", _native.sha256_file(reaper), "--status-fd",
-                      "3", "--"]
+                      "3", "--lifeline-fd", "4", "--"]
     assert extra == {"reaper": {"executable": reaper, "sha256": _native.sha256_file(reaper)}}
 
 
@@ -191,9 +210,11 @@ def test_the_landlock_boundary_sends_only_the_writes_to_the_launcher(layout: dic
         # Only the return path sits under a hidden directory: only it is bound by descriptor.
         assert len(b.fds) == 1
         policy_json = b.extra["policy_json"]
-        assert b.prefix[-9:] == [_launcher(), "exec", "--expect-sha256", _native.sha256_file(_launcher()),
-                                 "--status-fd", "3", "--policy", policy_json, "--"]
-        assert b.prefix[:-9] == bwrap.render_outer(policy, exe, {str(layout["out"]): b.fds[0]})
+        assert b.prefix[-11:] == [_launcher(), "exec", "--expect-sha256",
+                                  _native.sha256_file(_launcher()), "--status-fd", "3",
+                                  "--lifeline-fd", "4", "--policy", policy_json, "--"]
+        assert b.lifeline_fd == 4
+        assert b.prefix[:-11] == bwrap.render_outer(policy, exe, {str(layout["out"]): b.fds[0]})
         assert _native.parse_policy(policy_json) == policy_json
         # the writes only: read denials, carve-outs and hiding are the outer bubblewrap's
         assert json.loads(policy_json)["writable"] == [str(layout["wd"]), str(layout["out"]),

@@ -87,16 +87,17 @@ def test_cancel_ends_a_local_runs_tree_records_it_and_frees_the_seat(
         rec = r.json()
         assert isinstance(rec, dict)
         assert (rec["outcome"], rec["state"]) == ("cancelled", "ended")
-        assert rec["exit_code"] == -signal.SIGTERM and rec["signature"]["status"] == "valid"
+        # the command itself got SIGTERM (the launcher passed it on): 128 + 15
+        assert rec["exit_code"] == 128 + signal.SIGTERM and rec["signature"]["status"] == "valid"
         assert rec["cancel"]["signal"] == "SIGTERM"
         assert any("the run's own driver recorded it" in n for n in rec["notes"])
         assert "recorded by its own saphan process" in r.err
         assert driver.wait(timeout=30) == 128 + signal.SIGTERM
         assert processes_with(token) == []  # the whole tree is gone
         text = here.ok("runs", "show", run["id"]).out
-        assert "outcome:     cancelled  exit: SIGTERM" in text
+        assert "outcome:     cancelled  exit: 143" in text
         listed = here.ok("runs", "list").out.splitlines()[1]
-        assert "cancelled" in listed and "SIGTERM" in listed
+        assert "cancelled" in listed
         # The seat is free: the next run gets it.
         here.ok("run", "--machine", "here", "--slot", "s1", "--workdir", str(tmp_path), "--",
                 "true")
@@ -109,6 +110,37 @@ def test_cancel_ends_a_local_runs_tree_records_it_and_frees_the_seat(
 
 
 @pytest.mark.usefixtures("bwrap_available")
+@pytest.mark.usefixtures("bwrap_available")
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_the_command_gets_the_signal_cancel_names_and_may_end_on_its_own(
+        here: Saphan, tmp_path: Path, sig: str) -> None:
+    """Through saphan's lifeline the launcher passes the signal to the
+    command (review: it used to reach bubblewrap, which died of it and took
+    the jail down at once: no trap ever ran, `--signal` and `--grace` did
+    nothing on the local lanes)."""
+    name = sig.removeprefix("SIG")
+    driver = start(here, tmp_path, "sh", "-c",
+                   f"trap 'echo {name} > got; exit 7' {name}; echo up; "
+                   "while :; do sleep 0.05; done")
+    try:
+        run = wait_running(here)
+        deadline = time.monotonic() + 10
+        while "up" not in (here.home / "runs" / run["id"] / "stdout.log").read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        r = here("runs", "cancel", run["id"], "--signal", sig, "--json")
+        assert r.code == 0, r.err
+        rec = r.json()
+        assert isinstance(rec, dict)
+        assert (rec["outcome"], rec["exit_code"]) == ("cancelled", 7), rec
+        assert (tmp_path / "got").read_text() == f"{name}\n"
+        assert rec["cancel"]["signal"] == sig
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        driver.communicate()
+
+
 def test_a_run_whose_saphan_was_killed_is_already_finished_when_cancel_comes(
         here: Saphan, tmp_path: Path) -> None:
     """SIGKILL to the driver: its jail dies with it; the next command that

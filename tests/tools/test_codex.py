@@ -364,7 +364,7 @@ def test_codex_end_to_end_through_saphan_run(
     # which confines nothing and kills what the run leaves behind — Codex's
     # fs-helper daemon outlived its run by an hour before (measured).
     assert rec["boundary_argv"][1:] == ["reap", "--expect-sha256", enforced["reaper"]["sha256"],
-                                        "--status-fd", "3", "--"]
+                                        "--status-fd", "3", "--lifeline-fd", "4", "--"]
     assert rec["processes_killed_at_end"] is not None
     left = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert not [line for line in left.splitlines() if rec["id"] in line], left

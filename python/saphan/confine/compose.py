@@ -36,6 +36,9 @@ class Boundary:
     #: descriptors the prefix names (``--bind-fd``): inherited by the child,
     #: closed by :meth:`close` once it has started
     fds: tuple[int, ...] = ()
+    #: the descriptor (in the child) of saphan's lifeline to the launcher;
+    #: None when no launcher runs inside
+    lifeline_fd: int | None = None
 
     def close(self) -> None:
         for fd in self.fds:
@@ -150,6 +153,12 @@ def usable_bwrap(*, unshare_net: bool = False, egress: bool = False) -> _Bwrap:
 #: saphan reads; the launcher closes it before the command starts, so nothing
 #: the run prints can pass for a launcher line)
 STATUS_FD = 3
+#: the child's descriptor for saphan's lifeline (transport/local._Lifeline):
+#: the launcher passes on the signals saphan writes there, and ends the run
+#: when it ends (saphan died, or the boundary process did)
+LIFELINE_FD = 4
+#: what every local launcher is given after its digest: the two descriptors
+LAUNCHER_FDS = ["--status-fd", str(STATUS_FD), "--lifeline-fd", str(LIFELINE_FD)]
 
 
 @dataclass(frozen=True)
@@ -228,8 +237,7 @@ def reaper_prefix() -> tuple[list[str], dict[str, Any]]:
     its own): it kills and counts what the command leaves behind. For a tool
     that confines itself (Codex), so its helpers never outlive the run."""
     reaper = usable_reaper()
-    return ([reaper.path, "reap", "--expect-sha256", reaper.sha256, "--status-fd",
-             str(STATUS_FD), "--"],
+    return ([reaper.path, "reap", "--expect-sha256", reaper.sha256, *LAUNCHER_FDS, "--"],
             {"reaper": {"executable": reaper.path, "sha256": reaper.sha256}})
 
 
@@ -271,11 +279,12 @@ def _bubblewrap(policy: Policy) -> Boundary:
         executable=b.exe,
         executable_sha256=b.sha256,
         prefix=[*bwrap.render(policy, b.exe, fds), reaper.path, "reap",
-                "--expect-sha256", reaper.sha256, "--status-fd", str(STATUS_FD),
+                "--expect-sha256", reaper.sha256, *LAUNCHER_FDS,
                 *bridge_args(policy), "--"],
         policy=policy,
         extra={"reaper": {"executable": reaper.path, "sha256": reaper.sha256}},
         status_fd=STATUS_FD,
+        lifeline_fd=LIFELINE_FD,
         fds=tuple(fds.values()),
     )
 
@@ -316,10 +325,11 @@ def compose_landlock_local(
         executable=launcher_path,
         executable_sha256=launcher_sha256,
         prefix=[*outer, launcher_path, "exec", "--expect-sha256", launcher_sha256,
-                "--status-fd", str(STATUS_FD), "--policy", policy_json, "--"],
+                *LAUNCHER_FDS, "--policy", policy_json, "--"],
         policy=policy,
         extra={"launcher_version": launcher_version, **extra},
         status_fd=STATUS_FD,
+        lifeline_fd=LIFELINE_FD,
         fds=tuple(fds.values()),
     )
 

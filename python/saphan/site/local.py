@@ -360,6 +360,7 @@ class LocalSite:
                 self.argv, cwd=wd, run_dir=str(self.run_dir), env=self.env,
                 stream=self.stream, stdin_path=adapter.stdin_path,
                 stdin_bytes=self.secret, time_limit=limit, status_fd=boundary.status_fd,
+                lifeline_fd=boundary.lifeline_fd,
                 pass_fds=boundary.fds, term_out=view.out if view else None,
                 term_err=view.err if view else None,
             )

@@ -802,7 +802,7 @@ class CodexAdapter(Adapter):
                         mcp_servers=self.mcp_servers)
 
     def vendor_boundary(self, policy: Policy) -> Boundary | None:
-        from saphan.confine.compose import STATUS_FD, Boundary, reaper_prefix
+        from saphan.confine.compose import LIFELINE_FD, STATUS_FD, Boundary, reaper_prefix
 
         # Again with the derived policy (a --repo run's git grants are known
         # only now): a CODEX_HOME the run could write is never used.
@@ -821,7 +821,7 @@ class CodexAdapter(Adapter):
         return Boundary(
             mechanism="vendor:codex", version=self.binary.version,
             executable=self.binary.path, executable_sha256=self.binary.sha256,
-            prefix=prefix, policy=policy, status_fd=STATUS_FD,
+            prefix=prefix, policy=policy, status_fd=STATUS_FD, lifeline_fd=LIFELINE_FD,
             extra={
                 **reaper,
                 "enforced": "the vendor's sandbox (Codex CLI's own bubblewrap + seccomp), "

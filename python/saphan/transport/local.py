@@ -9,6 +9,7 @@ carries the signal up to the engine after the child has exited.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import selectors
 import signal
@@ -51,7 +52,10 @@ def _ended(proc: subprocess.Popen[bytes]) -> bool:
     try:
         return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
-        return True  # already reaped
+        # Reaped by someone else (an embedding program's child watcher): it
+        # has ended, and its id is no longer its own (never killed by id).
+        proc.returncode = proc.returncode if proc.returncode is not None else -1
+        return True
 
 
 def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -115,15 +119,73 @@ def _set_dumpable_libc(on: bool) -> bool:
     return bool(was)
 
 
-def _forward_signals(proc: subprocess.Popen[bytes], got: list[int],
-                     run_dir: str) -> AbstractContextManager[None]:
-    """The first signal to saphan sends the child SIGTERM, or the signal a
-    cancel request names (run/end.py); a second one sends SIGKILL."""
+#: the signals a lifeline line can name (saphan-launcher --help)
+_LINE_NAMES: dict[int, str] = {signal.SIGTERM: "TERM", signal.SIGINT: "INT", signal.SIGHUP: "HUP",
+                               signal.SIGKILL: "KILL"}
+
+
+class _Lifeline:
+    """saphan's end of a launcher's ``--lifeline-fd`` pipe (saphan-launcher
+    --help): only this process holds the write end (close-on-exec, never
+    inherited). A line asks the launcher to pass a signal to the command,
+    through its supervisor (a signal to the boundary process itself would
+    kill bubblewrap, and the jail with it, before the command heard
+    anything). Closing it — here once the child ended, or by the kernel when
+    saphan dies — makes a launcher still running anywhere kill the command
+    and all it left, and one not yet started run nothing (review: a signal
+    during bubblewrap's set-up left the jail running after the run was
+    recorded)."""
+
+    def __init__(self) -> None:
+        r, w = os.pipe()
+        try:
+            # Above the numbers a child is given (stdio, the status and
+            # lifeline descriptors): never clobbered while they are set up.
+            self.read_end = fcntl.fcntl(r, fcntl.F_DUPFD_CLOEXEC, 10)
+        finally:
+            os.close(r)
+        self.write_end: int | None = w
+        os.set_blocking(w, False)
+
+    def tell(self, sig: int) -> bool:
+        """One ``signal NAME`` line; False when it cannot be said (no such
+        line, the pipe is closed or full): the caller signals the child."""
+        name = _LINE_NAMES.get(sig)
+        if name is None or self.write_end is None:
+            return False
+        try:
+            return os.write(self.write_end, f"signal {name}\n".encode()) > 0
+        except OSError:
+            return False
+
+    def close_read_end(self) -> None:
+        if self.read_end >= 0:
+            os.close(self.read_end)
+            self.read_end = -1
+
+    def cut(self) -> None:
+        """The child ended, or saphan is done with it: whatever of the run
+        still runs under a launcher is killed by it."""
+        if self.write_end is not None:
+            with suppress(OSError):
+                os.close(self.write_end)
+            self.write_end = None
+
+
+def _forward_signals(proc: subprocess.Popen[bytes], got: list[int], run_dir: str,
+                     lifeline: _Lifeline | None) -> AbstractContextManager[None]:
+    """The first signal to saphan sends the command SIGTERM, or the signal a
+    cancel request names (run/end.py): on the lifeline when there is one, so
+    the launcher passes it on, else to the child; a second one sends the
+    child SIGKILL."""
     from saphan.run.end import requested_signal
 
     def handler(signum: int, _frame: object) -> None:
-        forward = signal.SIGKILL if got else requested_signal(run_dir)
+        first = not got
         got.append(signum)
+        forward = requested_signal(run_dir) if first else signal.SIGKILL
+        if first and lifeline is not None and lifeline.tell(forward):
+            return
         _signal(proc, forward)
 
     return catching(handler)
@@ -140,6 +202,7 @@ def run(
     stdin_bytes: bytes | None = None,
     time_limit: float | None = None,
     status_fd: int | None = None,
+    lifeline_fd: int | None = None,
     pass_fds: tuple[int, ...] = (),
     term_out: Sink | None = None,
     term_err: Sink | None = None,
@@ -155,8 +218,10 @@ def run(
     With ``status_fd``, the child gets a pipe's write end at that descriptor
     number (saphan-launcher's control lines; the launcher closes it before
     the command starts) and what arrives on it is kept in ``status.log``,
-    apart from anything the command itself prints. ``pass_fds`` are inherited
-    at their numbers (the boundary's ``--bind-fd`` descriptors).
+    apart from anything the command itself prints. With ``lifeline_fd``, the
+    child gets the read end of saphan's lifeline pipe there (:class:`_Lifeline`,
+    the launcher's ``--lifeline-fd``). ``pass_fds`` are inherited at their
+    numbers (the boundary's ``--bind-fd`` descriptors).
 
     When streaming, ``term_out``/``term_err`` (a view: run/view.py) stand in
     for this process's stdout/stderr; the logs get every byte either way."""
@@ -167,29 +232,41 @@ def run(
     if sys.platform == "linux":
         from saphan import _native  # noqa: F401 - loaded here, used by the child before exec
     status_r, status_w = os.pipe() if status_fd is not None else (-1, -1)
+    lifeline = _Lifeline() if lifeline_fd is not None else None
 
     def child_setup() -> None:
-        # Its own process group: what it starts and has not moved to a
-        # session of its own (bubblewrap's sandbox before its set-up
-        # handshake) is killed with it when it ends (_pump); a terminal's
-        # Ctrl-C reaches saphan alone, which tells the run (forwarded).
-        os.setpgid(0, 0)
+        # A session of its own, which it leads: what it starts and has not
+        # moved to a session of its own (bubblewrap's sandbox before its
+        # set-up handshake) is killed with it when it ends (_pump); it has
+        # no controlling terminal (opening /dev/tty fails, never stops the
+        # run in the background); a terminal's Ctrl-C reaches saphan alone,
+        # which tells the run (forwarded).
+        os.setsid()
         if sys.platform == "linux":
             _die_with_saphan()
         if status_fd is not None and status_w != status_fd:
             os.dup2(status_w, status_fd)
+        if lifeline is not None and lifeline_fd is not None:
+            os.dup2(lifeline.read_end, lifeline_fd)
 
     try:
         with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f, \
                 open(status_path or os.devnull, "wb") as status_f, \
                 _stdin(stdin_path, stdin_bytes) as in_f:
             launching()  # a signal before this: the child is not started
-            proc = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdin=in_f,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                preexec_fn=child_setup,
-                pass_fds=(*pass_fds, *((status_fd,) if status_fd is not None else ())),
-            )
+            numbered = tuple(n for n in (status_fd, lifeline_fd) if n is not None)
+            held = _hold_numbers(numbered, in_f.fileno())
+            try:
+                proc = subprocess.Popen(
+                    argv, cwd=cwd, env=env, stdin=in_f,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    preexec_fn=child_setup, pass_fds=(*pass_fds, *numbered),
+                )
+            finally:
+                for fd in held:
+                    os.close(fd)
+            if lifeline is not None:
+                lifeline.close_read_end()
             shown_out = (sys.stdout.buffer if term_out is None else term_out) if stream else None
             shown_err = (sys.stderr.buffer if term_err is None else term_err) if stream else None
             sinks: dict[int, tuple[IO[bytes], Sink | None]] = {
@@ -200,11 +277,15 @@ def run(
                 os.close(status_w)
                 status_w = -1
                 sinks[status_r] = (status_f, None)
-            with _forward_signals(proc, got, run_dir):
-                killed = _pump(sinks, proc, time_limit)
+            with _forward_signals(proc, got, run_dir, lifeline):
+                killed = _pump(sinks, proc, time_limit, lifeline)
                 with suppress(ChildProcessError):
                     os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-                _kill_group(proc)  # it ended: nothing it left in its group goes on
+                # it ended: nothing of the run goes on, under a launcher or
+                # in its session
+                if lifeline is not None:
+                    lifeline.cut()
+                _kill_group(proc)
                 code = proc.wait()
             proc.stdout.close()  # type: ignore[union-attr]
             proc.stderr.close()  # type: ignore[union-attr]
@@ -212,9 +293,30 @@ def run(
         for fd in (status_r, status_w):
             if fd >= 0:
                 os.close(fd)
+        if lifeline is not None:
+            lifeline.close_read_end()
+            lifeline.cut()
     if got:
         raise Interrupted(got[0], code)
     return Finished(code, out_path, err_path, killed_at_limit=killed, status_path=status_path)
+
+
+def _hold_numbers(numbers: tuple[int, ...], src: int) -> list[int]:
+    """Each of ``numbers`` not open here, opened (a close-on-exec copy of
+    ``src``) until the child is started: Popen makes every descriptor it
+    passes inheritable in the child before ``child_setup`` puts the status
+    and lifeline pipes there, and fails (EBADF) on a number that is not open.
+    F_DUPFD takes the lowest free number from the one asked: a number that
+    was taken meanwhile is never reused, and the copy is closed again.
+    Returns what to close once the child is started."""
+    held: list[int] = []
+    for n in numbers:
+        fd = fcntl.fcntl(src, fcntl.F_DUPFD_CLOEXEC, n)
+        if fd == n:
+            held.append(fd)
+        else:
+            os.close(fd)  # n was open already
+    return held
 
 
 def _stdin(path: str | None, data: bytes | None) -> IO[bytes]:
@@ -234,7 +336,8 @@ def _stdin(path: str | None, data: bytes | None) -> IO[bytes]:
 
 
 def _pump(sinks: dict[int, tuple[IO[bytes], Sink | None]],
-          proc: subprocess.Popen[bytes], time_limit: float | None) -> bool:
+          proc: subprocess.Popen[bytes], time_limit: float | None,
+          lifeline: _Lifeline | None = None) -> bool:
     """Copy output until EOF; past ``time_limit``, SIGTERM ``proc``, then
     SIGKILL it after :data:`TERM_GRACE`, and read on for at most
     :data:`KILL_GRACE`. Returns whether it had to stop it.
@@ -253,12 +356,19 @@ def _pump(sinks: dict[int, tuple[IO[bytes], Sink | None]],
     for fd in sinks:
         sel.register(fd, selectors.EVENT_READ)
     open_fds = set(sinks)
-    while open_fds:
+    # Until the output ends AND the child itself has (a child that closed
+    # its output is still held to the time limit).
+    while open_fds or stage < 2:
         if stage < 2 and _ended(proc):
-            # Only what still holds the pipes is left: its group is killed.
+            # Only what still holds the pipes is left: killed by its launcher
+            # (the lifeline cut), and in the child's session.
+            if lifeline is not None:
+                lifeline.cut()
             _kill_group(proc)
             stage = 2
             deadline = time.monotonic() + KILL_GRACE
+            if not open_fds:
+                break
         wait = None if deadline is None else max(0.0, deadline - time.monotonic())
         if stage < 2:
             # look again soon: has it ended yet?
@@ -268,9 +378,10 @@ def _pump(sinks: dict[int, tuple[IO[bytes], Sink | None]],
         if not ready and deadline is not None and time.monotonic() >= deadline:
             if stage == 2:
                 break  # grace over: what still holds the pipes is not waited for
-            # SIGTERM first: a reaper passes it on and then ends every
-            # process the run left; SIGKILL if that takes too long.
-            _signal(proc, signal.SIGTERM if stage == 0 else signal.SIGKILL)
+            # SIGTERM first, through the launcher (it passes it on and then
+            # ends every process the run left); SIGKILL if that takes too long.
+            if stage != 0 or lifeline is None or not lifeline.tell(signal.SIGTERM):
+                _signal(proc, signal.SIGTERM if stage == 0 else signal.SIGKILL)
             stage += 1
             killed = True
             deadline = time.monotonic() + (TERM_GRACE if stage == 1 else KILL_GRACE)

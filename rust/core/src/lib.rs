@@ -39,12 +39,12 @@ mod sys;
 /// descriptor): the safe face of the wrappers in `sys`.
 pub mod process {
     pub use crate::sys::{
-        adopt_inherited_fd, block_signals, is_child_subreaper, is_cloexec,
+        adopt_inherited_fd, block_signals, is_child_subreaper, is_cloexec, poll_readable,
         prepare_supervised_child, send_signal, set_child_subreaper, set_default_disposition,
         set_dumpable, set_parent_death_signal, wait_any_nohang, wait_signal, ChildEnd, SignalSet,
     };
     /// The signal numbers the supervisor uses (so the launcher needs no libc).
-    pub use libc::{SIGCHLD, SIGHUP, SIGINT, SIGKILL, SIGTERM};
+    pub use libc::{SIGCHLD, SIGHUP, SIGINT, SIGKILL, SIGTERM, SIGUSR2};
 }
 
 use std::fmt;

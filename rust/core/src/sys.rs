@@ -259,6 +259,30 @@ pub fn is_cloexec(fd: BorrowedFd<'_>) -> io::Result<bool> {
     Ok(flags & libc::FD_CLOEXEC != 0)
 }
 
+/// Whether `fd` has something to read or its writer is gone (end of input,
+/// an error), waiting at most `timeout_ms` milliseconds (0: only look).
+pub fn poll_readable(fd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: poll reads and writes exactly one pollfd, the one on our
+        // stack that outlives the call (nfds = 1); the descriptor is
+        // borrowed, so it stays open for the call.
+        let ret = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        if ret < 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(err);
+        }
+        return Ok(ret > 0 && pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0);
+    }
+}
+
 /// A set of signals, built from signal numbers.
 #[derive(Clone, Copy)]
 pub struct SignalSet(libc::sigset_t);
@@ -563,6 +587,19 @@ mod tests {
         send_signal(i32::try_from(std::process::id()).unwrap(), 0).unwrap();
         assert_eq!(ChildEnd::Exited(7).code(), 7);
         assert_eq!(ChildEnd::Signaled(9).code(), 137);
+    }
+
+    #[test]
+    fn poll_sees_data_and_end_of_input_but_not_an_idle_pipe() {
+        use std::io::Write;
+        let (r, mut w) = std::io::pipe().unwrap();
+        assert!(!poll_readable(r.as_fd(), 0).unwrap());
+        assert!(!poll_readable(r.as_fd(), 20).unwrap());
+        w.write_all(b"x").unwrap();
+        assert!(poll_readable(r.as_fd(), 0).unwrap());
+        let (r2, w2) = std::io::pipe().unwrap();
+        drop(w2);
+        assert!(poll_readable(r2.as_fd(), 0).unwrap());
     }
 
     #[test]

@@ -4,14 +4,15 @@
 //! then the command and its arguments (never interpreted):
 //!
 //! ```text
-//! saphan-launcher exec [--status-fd N] [--expect-sha256 HEX] [--stdin-frame] --policy JSON -- CMD [ARGS...]
-//! saphan-launcher reap [--status-fd N] [--expect-sha256 HEX] [--stdin-frame]
+//! saphan-launcher exec [--status-fd N] [--lifeline-fd N] [--expect-sha256 HEX] [--stdin-frame]
+//!                      --policy JSON -- CMD [ARGS...]
+//! saphan-launcher reap [--status-fd N] [--lifeline-fd N] [--expect-sha256 HEX] [--stdin-frame]
 //!                      [--bridge 127.0.0.1:PORT=SOCKET] -- CMD [ARGS...]
 //! ```
 //!
 //! Options may come in any order before `--`, each at most once, as
-//! `--opt VALUE` or `--opt=VALUE`. `--status-fd` is a descriptor number of 3
-//! or more; `--expect-sha256` is exactly 64 lowercase hex digits (the digest
+//! `--opt VALUE` or `--opt=VALUE`. `--status-fd` and `--lifeline-fd` are
+//! descriptor numbers of 3 or more, not the same one; `--expect-sha256` is exactly 64 lowercase hex digits (the digest
 //! the launcher must find on `/proc/self/exe`, see `commands::launch`).
 //! `--stdin-frame` is a flag and takes no value (`--stdin-frame=X` is a
 //! usage error): the launcher reads a frame from fd 0 (the command's
@@ -34,15 +35,21 @@ usage: saphan-launcher --version
        saphan-launcher probe
        saphan-launcher sha256 FILE
        saphan-launcher custody
-       saphan-launcher exec [--status-fd N] [--expect-sha256 HEX] [--stdin-frame]
-                            --policy JSON -- CMD [ARGS...]
-       saphan-launcher reap [--status-fd N] [--expect-sha256 HEX] [--stdin-frame]
-                            [--bridge 127.0.0.1:PORT=SOCKET] -- CMD [ARGS...]
+       saphan-launcher exec [--status-fd N] [--lifeline-fd N] [--expect-sha256 HEX]
+                            [--stdin-frame] --policy JSON -- CMD [ARGS...]
+       saphan-launcher reap [--status-fd N] [--lifeline-fd N] [--expect-sha256 HEX]
+                            [--stdin-frame] [--bridge 127.0.0.1:PORT=SOCKET] -- CMD [ARGS...]
 
 exec confines itself with Landlock, then supervises CMD; reap supervises CMD
 without a domain. Either way, when CMD exits every process it left behind is
 killed, and the launcher exits with CMD's status (128+signal when killed).
 --status-fd N: an inherited descriptor that receives every control line.
+--lifeline-fd N: an inherited descriptor, the read end of a pipe whose write
+  end only the launcher's caller holds. Readable before the command starts
+  (a line, or end of input): the command is not started (exit 129). While it
+  runs, a line `signal TERM`, `signal INT` or `signal HUP` passes that signal
+  to the command, `signal KILL` kills it; end of input (the caller is gone,
+  or ended the run) kills it. Either way what it left is killed as always.
 --expect-sha256 HEX: the launcher hashes the file it runs from (/proc/self/exe)
   first and refuses (digest-mismatch, exit 3) unless it is HEX (64 lowercase
   hex digits); on a match it reports `saphan-launcher: self sha256=HEX`.
@@ -90,6 +97,8 @@ pub struct Launch {
     pub policy: Option<String>,
     /// The inherited descriptor that receives the control lines.
     pub status_fd: Option<i32>,
+    /// The inherited read end of the caller's lifeline pipe.
+    pub lifeline_fd: Option<i32>,
     /// The SHA-256 the running launcher must have (64 lowercase hex digits).
     pub expect_sha256: Option<String>,
     /// `--stdin-frame`: read the command's environment and stdin from fd 0.
@@ -161,6 +170,7 @@ fn parse_launch(verb: &str, rest: Vec<OsString>) -> Result<Launch, UsageError> {
     let wants_policy = verb == "exec";
     let mut policy: Option<String> = None;
     let mut status_fd: Option<i32> = None;
+    let mut lifeline_fd: Option<i32> = None;
     let mut expect_sha256: Option<String> = None;
     let mut stdin_frame = false;
     let mut bridge: Option<BridgeSpec> = None;
@@ -207,6 +217,7 @@ fn parse_launch(verb: &str, rest: Vec<OsString>) -> Result<Launch, UsageError> {
             _ => (arg.clone(), None),
         };
         let known = name == "--status-fd"
+            || name == "--lifeline-fd"
             || name == "--expect-sha256"
             || (wants_policy && name == "--policy");
         if !known {
@@ -224,11 +235,17 @@ fn parse_launch(verb: &str, rest: Vec<OsString>) -> Result<Launch, UsageError> {
         let twice = match name.as_str() {
             "--policy" => policy.replace(value).is_some(),
             "--expect-sha256" => expect_sha256.replace(parse_sha256(&value)?).is_some(),
-            _ => status_fd.replace(parse_fd(&value)?).is_some(),
+            "--lifeline-fd" => lifeline_fd.replace(parse_fd(&name, &value)?).is_some(),
+            _ => status_fd.replace(parse_fd(&name, &value)?).is_some(),
         };
         if twice {
             return Err(UsageError(format!("`{name}` given twice")));
         }
+    }
+    if status_fd.is_some() && status_fd == lifeline_fd {
+        return Err(UsageError(
+            "`--status-fd` and `--lifeline-fd` name the same descriptor".to_owned(),
+        ));
     }
     if wants_policy && policy.is_none() {
         return Err(UsageError(format!("`{verb}` needs `--policy JSON`")));
@@ -242,6 +259,7 @@ fn parse_launch(verb: &str, rest: Vec<OsString>) -> Result<Launch, UsageError> {
     Ok(Launch {
         policy,
         status_fd,
+        lifeline_fd,
         expect_sha256,
         stdin_frame,
         bridge,
@@ -327,13 +345,13 @@ fn parse_socket_path(socket: &[u8]) -> Result<PathBuf, UsageError> {
     Ok(PathBuf::from(shown))
 }
 
-/// A status descriptor: a decimal number of 3 or more (0-2 are the
-/// command's own stdio).
-fn parse_fd(value: &str) -> Result<i32, UsageError> {
+/// A status or lifeline descriptor (`name`): a decimal number of 3 or more
+/// (0-2 are the command's own stdio).
+fn parse_fd(name: &str, value: &str) -> Result<i32, UsageError> {
     match value.parse::<i32>() {
         Ok(fd) if fd >= 3 && value.bytes().all(|b| b.is_ascii_digit()) => Ok(fd),
         _ => Err(UsageError(format!(
-            "`--status-fd` needs a descriptor number of 3 or more, got {value:?}"
+            "`{name}` needs a descriptor number of 3 or more, got {value:?}"
         ))),
     }
 }
@@ -474,6 +492,7 @@ mod tests {
             Ok(Command::Exec(Launch {
                 policy: Some("{\"a\":1}".to_owned()),
                 status_fd: None,
+                lifeline_fd: None,
                 expect_sha256: None,
                 stdin_frame: false,
                 bridge: None,
@@ -486,6 +505,7 @@ mod tests {
             Ok(Command::Exec(Launch {
                 policy: Some("{}".to_owned()),
                 status_fd: None,
+                lifeline_fd: None,
                 expect_sha256: None,
                 stdin_frame: false,
                 bridge: None,
@@ -500,6 +520,7 @@ mod tests {
         let expected = Command::Exec(Launch {
             policy: Some("{\"a\":1}".to_owned()),
             status_fd: Some(7),
+            lifeline_fd: None,
             expect_sha256: None,
             stdin_frame: false,
             bridge: None,
@@ -524,6 +545,7 @@ mod tests {
             Ok(Command::Reap(Launch {
                 policy: None,
                 status_fd: None,
+                lifeline_fd: None,
                 expect_sha256: None,
                 stdin_frame: false,
                 bridge: None,
@@ -536,6 +558,7 @@ mod tests {
             Ok(Command::Reap(Launch {
                 policy: None,
                 status_fd: Some(9),
+                lifeline_fd: None,
                 expect_sha256: None,
                 stdin_frame: false,
                 bridge: None,
@@ -548,6 +571,7 @@ mod tests {
             Ok(Command::Reap(Launch {
                 policy: None,
                 status_fd: Some(3),
+                lifeline_fd: None,
                 expect_sha256: None,
                 stdin_frame: false,
                 bridge: None,
@@ -555,6 +579,50 @@ mod tests {
                 args: vec![],
             }))
         );
+    }
+
+    #[test]
+    fn both_verbs_take_a_lifeline_fd_apart_from_the_status_fd() {
+        for verb in ["exec", "reap"] {
+            let mut args = vec![verb, "--status-fd", "3", "--lifeline-fd=4"];
+            if verb == "exec" {
+                args.extend(["--policy", "{}"]);
+            }
+            args.extend(["--", "true"]);
+            let launch = match p(&args) {
+                Ok(Command::Exec(l)) | Ok(Command::Reap(l)) => l,
+                other => panic!("{args:?}: {other:?}"),
+            };
+            assert_eq!((launch.status_fd, launch.lifeline_fd), (Some(3), Some(4)));
+        }
+        for bad in [
+            &[
+                "reap",
+                "--status-fd",
+                "4",
+                "--lifeline-fd",
+                "4",
+                "--",
+                "true",
+            ][..],
+            &["reap", "--lifeline-fd", "2", "--", "true"],
+            &[
+                "reap",
+                "--lifeline-fd",
+                "4",
+                "--lifeline-fd",
+                "5",
+                "--",
+                "true",
+            ],
+            &["reap", "--lifeline-fd", "--", "true"],
+        ] {
+            let err = p(bad).unwrap_err().0;
+            assert!(
+                err.contains("lifeline") || err.contains("needs"),
+                "{bad:?}: {err}"
+            );
+        }
     }
 
     const DIGEST: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
@@ -603,6 +671,7 @@ mod tests {
             Ok(Command::Reap(Launch {
                 policy: None,
                 status_fd: None,
+                lifeline_fd: None,
                 expect_sha256: Some(DIGEST.to_owned()),
                 stdin_frame: false,
                 bridge: None,
@@ -723,6 +792,7 @@ mod tests {
             Ok(Command::Reap(Launch {
                 policy: None,
                 status_fd: None,
+                lifeline_fd: None,
                 expect_sha256: None,
                 stdin_frame: true,
                 bridge: None,
@@ -805,6 +875,7 @@ mod tests {
             Ok(Command::Reap(Launch {
                 policy: None,
                 status_fd: None,
+                lifeline_fd: None,
                 expect_sha256: None,
                 stdin_frame: false,
                 bridge: bridge(65535, "/a=b/c.sock"),

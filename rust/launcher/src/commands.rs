@@ -44,6 +44,9 @@ use crate::supervise::{Outcome, StartError, Supervisor};
 const EXIT_IO: u8 = 1;
 const EXIT_USAGE: u8 = 2;
 const EXIT_EXEC_FAILED: u8 = 127;
+/// The lifeline was readable before the command started: not started (as
+/// if hung up, 128 + SIGHUP).
+const EXIT_NOT_STARTED: u8 = 129;
 const SELF_EXE: &str = "/proc/self/exe";
 
 /// The scratch directory, relative to the working directory, and its two
@@ -391,6 +394,19 @@ pub fn launch(custody: Result<(), &Refusal>, launch: Launch, confine: bool) -> E
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Adopted at once (close-on-exec from here): the command never holds it.
+    let local_lifeline = match launch.lifeline_fd.map(process::adopt_inherited_fd) {
+        None => None,
+        Some(Ok(fd)) => Some(File::from(fd)),
+        Some(Err(e)) => {
+            eprintln!(
+                "saphan-launcher: --lifeline-fd {} is not a descriptor this launcher \
+                 inherited open (without close-on-exec): {e}",
+                launch.lifeline_fd.unwrap_or(-1)
+            );
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     // Before anything the launcher applies or runs: is this the launcher the
     // engine checked? (It hashed the file by path; the path may have been
     // swapped since. The running inode cannot be.)
@@ -459,12 +475,25 @@ pub fn launch(custody: Result<(), &Refusal>, launch: Launch, confine: bool) -> E
         Ok(s) => s,
         Err(e) => return status.refuse(&start_refusal(&e)),
     };
+    if let Some(fd) = &local_lifeline {
+        // Its caller said stop, or is gone (its end closed: it died, or the
+        // boundary process between us ended): the command never starts.
+        // Otherwise a line or the end that comes later reaches the thread
+        // started with the command, which stops it.
+        if process::poll_readable(fd.as_fd(), 0).unwrap_or(true) {
+            status.line("saphan-launcher: not started: the lifeline ended or said stop first");
+            return ExitCode::from(EXIT_NOT_STARTED);
+        }
+    }
     let after_spawn = |child: &mut Child| {
         if let (Some(payload), Some(pipe)) = (stdin_payload, child.stdin.take()) {
             feed_stdin(pipe, payload);
         }
         if let Some(fd0) = lifeline {
             start_lifeline(fd0);
+        }
+        if let Some(fd) = local_lifeline {
+            start_local_lifeline(fd);
         }
         if let Some(bridge) = bridge {
             start_bridge(bridge);
@@ -587,6 +616,35 @@ fn start_lifeline(fd0: File) {
             std::io::stderr(),
             "saphan-launcher: cannot start the lifeline reader (a `stop` will not be heard): {e}"
         );
+    }
+}
+
+/// Starts the local lifeline's thread (`--lifeline-fd`): each `signal NAME`
+/// line is a signal the launcher sends itself (process-directed, SI_USER),
+/// which the supervisor takes and passes to the command; `signal KILL` and
+/// the end of input are SIGUSR2, on which the supervisor kills the command
+/// (and then, as always, everything it left). The thread is never joined.
+fn start_local_lifeline(fd: File) {
+    let me = i32::try_from(std::process::id()).unwrap_or(-1);
+    let spawned = std::thread::Builder::new()
+        .name("local-lifeline".to_owned())
+        .spawn(move || {
+            frame::watch_control(fd, |control| {
+                let sig = match control {
+                    frame::Control::Signal(sig) => sig,
+                    frame::Control::Kill | frame::Control::End => process::SIGUSR2,
+                };
+                let _ = process::send_signal(me, sig);
+            });
+        });
+    if let Err(e) = spawned {
+        // No thread: nobody would hear the caller go. Stop the command now
+        // rather than let it run unheld.
+        let _ = writeln!(
+            std::io::stderr(),
+            "saphan-launcher: cannot start the lifeline reader, the command is stopped: {e}"
+        );
+        let _ = process::send_signal(me, process::SIGUSR2);
     }
 }
 

@@ -41,6 +41,7 @@
 //! (freed, not zeroed), the kernel copies them into the command.
 #![forbid(unsafe_code)]
 
+use saphan_core::process;
 use std::fmt;
 use std::io::{self, Read};
 
@@ -268,23 +269,63 @@ fn remember(names: &mut Vec<String>, name: &str, what: &str) -> Result<(), Frame
 /// terminated; a last line without `\n` is not a line). Lines longer than
 /// [`MAX_LIFELINE_LINE`] are discarded. Returns how many `stop` lines it
 /// saw.
-pub fn watch_lifeline(mut r: impl Read, mut stop: impl FnMut()) -> usize {
+pub fn watch_lifeline(r: impl Read, mut stop: impl FnMut()) -> usize {
+    let mut stops = 0;
+    watch_lines(r, |line| {
+        if line == b"stop" {
+            stops += 1;
+            stop();
+        }
+    });
+    stops
+}
+
+/// What the local lifeline (`--lifeline-fd`) asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// `signal TERM|INT|HUP`: pass that signal (its number) to the command.
+    Signal(i32),
+    /// `signal KILL`: kill the command.
+    Kill,
+    /// End of input, or a read error: the caller is gone, or ended the run.
+    End,
+}
+
+/// The local lifeline: reads `r` line by line (as [`watch_lifeline`]),
+/// calls `on` for each exact `signal NAME` line it knows (others are
+/// ignored), and once with [`Control::End`] when the input ends.
+pub fn watch_control(r: impl Read, mut on: impl FnMut(Control)) {
+    watch_lines(r, |line| {
+        let control = match line {
+            b"signal TERM" => Control::Signal(process::SIGTERM),
+            b"signal INT" => Control::Signal(process::SIGINT),
+            b"signal HUP" => Control::Signal(process::SIGHUP),
+            b"signal KILL" => Control::Kill,
+            _ => return,
+        };
+        on(control);
+    });
+    on(Control::End);
+}
+
+/// Calls `line` with every `\n`-terminated line of `r` (without the
+/// `\n`) until end of input or a read error; a line longer than
+/// [`MAX_LIFELINE_LINE`] is discarded whole.
+fn watch_lines(mut r: impl Read, mut line_of: impl FnMut(&[u8])) {
     let mut chunk = [0u8; 4096];
     let mut line: Vec<u8> = Vec::with_capacity(MAX_LIFELINE_LINE);
     let mut overlong = false;
-    let mut stops = 0;
     loop {
         let n = match r.read(&mut chunk) {
-            Ok(0) => return stops,
+            Ok(0) => return,
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return stops,
+            Err(_) => return,
         };
         for &b in &chunk[..n] {
             if b == b'\n' {
-                if !overlong && line == b"stop" {
-                    stops += 1;
-                    stop();
+                if !overlong {
+                    line_of(&line);
                 }
                 line.clear();
                 overlong = false;
@@ -483,6 +524,28 @@ mod tests {
         s.wipe();
         assert_eq!(s.bytes(), vec![0u8; SECRET.len()].as_slice());
         assert_eq!(format!("{s:?}"), format!("Secret({} bytes)", SECRET.len()));
+    }
+
+    #[test]
+    fn the_local_lifeline_knows_four_signal_lines_then_the_end() {
+        let input = b"signal TERM\nsignal term\nsignal INT\n signal HUP\nsignal HUP\n\
+                      signal KILL\nsignal STOP\nstop\nsignal TERM"
+            .to_vec();
+        let mut seen = Vec::new();
+        watch_control(Cursor::new(input), |c| seen.push(c));
+        assert_eq!(
+            seen,
+            vec![
+                Control::Signal(process::SIGTERM),
+                Control::Signal(process::SIGINT),
+                Control::Signal(process::SIGHUP),
+                Control::Kill,
+                Control::End,
+            ]
+        );
+        let mut ended = Vec::new();
+        watch_control(Cursor::new(Vec::new()), |c| ended.push(c));
+        assert_eq!(ended, vec![Control::End]);
     }
 
     #[test]

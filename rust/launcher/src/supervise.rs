@@ -11,7 +11,11 @@
 //!   or hangup, `si_code == SI_KERNEL`) is not: the terminal sent it to its
 //!   whole foreground process group, the command included, and a second
 //!   copy would read as a second Ctrl-C (which some agents take as "quit");
-//! * SIGTERM, SIGINT, SIGHUP and SIGCHLD are reset to their default
+//! * SIGUSR2 sent to the launcher kills the command (SIGKILL): the local
+//!   lifeline's thread sends it when its caller says `signal KILL` or goes
+//!   away (commands::start_local_lifeline). The pid is the supervisor's own
+//!   unreaped child when it is killed, so the kill can never miss;
+//! * SIGTERM, SIGINT, SIGHUP, SIGUSR2 and SIGCHLD are reset to their default
 //!   disposition (an inherited SIG_IGN on SIGCHLD would make the kernel reap
 //!   children behind our back) and blocked, then taken synchronously with
 //!   `sigtimedwait`: no handler runs, nothing is lost between two waits;
@@ -82,6 +86,7 @@ impl Supervisor {
         process::set_child_subreaper(true)
             .map_err(|e| StartError::Setup("PR_SET_CHILD_SUBREAPER", e))?;
         let mut taken = FORWARDED.to_vec();
+        taken.push(process::SIGUSR2);
         taken.push(process::SIGCHLD);
         for sig in &taken {
             process::set_default_disposition(*sig)
@@ -147,6 +152,10 @@ impl Supervisor {
                 Ok(Some(got)) if FORWARDED.contains(&got.signal) && !got.from_kernel => {
                     // The command may have just exited: ESRCH is fine.
                     let _ = process::send_signal(pid, got.signal);
+                }
+                Ok(Some(got)) if got.signal == process::SIGUSR2 => {
+                    // Only this loop reaps: `pid` is still ours to kill.
+                    let _ = process::send_signal(pid, process::SIGKILL);
                 }
                 Ok(_) => {}
                 Err(e) => {
