@@ -355,3 +355,44 @@ def test_the_child_leads_its_own_process_group(tmp_path: Path) -> None:
     stat = Path(done.stdout_path).read_text()
     pid, pgid = stat.split()[0], stat.rsplit(")", 1)[1].split()[2]
     assert pid == pgid and int(pgid) != os.getpgid(0)
+
+
+def test_the_time_limit_holds_a_child_that_closed_its_output(tmp_path: Path) -> None:
+    """Review: with both pipes closed the output loop returned at once and
+    the run then waited for the child however long it took."""
+    t0 = time.monotonic()
+    done = local.run(["sh", "-c", "exec >&- 2>&-; sleep 15"], cwd=str(tmp_path),
+                     run_dir=str(tmp_path), stream=False, time_limit=1.0)
+    took = time.monotonic() - t0
+    assert done.killed_at_limit and done.exit_code == -15
+    assert took < 1.0 + local.EXIT_POLL + 2, took
+
+
+def test_a_command_that_reads_the_terminal_gets_none(tmp_path: Path) -> None:
+    """saphan on a terminal (a pty as its controlling terminal): the child
+    leads a session of its own, so /dev/tty is not its terminal — nothing
+    reads the operator's keystrokes, and nothing is stopped in the
+    background (review: in a process group of its own it was stopped by
+    SIGTTIN and the run hung)."""
+    import fcntl
+    import termios
+
+    code = (
+        "import sys; from saphan.transport import local\n"
+        "d = local.run(['sh', '-c', 'if read -r x </dev/tty; then echo read; else echo none; fi'],"
+        f" cwd={str(tmp_path)!r}, run_dir={str(tmp_path)!r}, stream=False, time_limit=3)\n"
+        "print(open(d.stdout_path).read().strip(), d.killed_at_limit)\n")
+    master, slave = os.openpty()
+
+    def take_terminal() -> None:  # after setsid: the pty becomes its terminal
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    try:
+        p = subprocess.run([sys.executable, "-c", code], stdin=slave, capture_output=True,
+                           text=True, start_new_session=True, preexec_fn=take_terminal,
+                           timeout=60)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["none", "False"], p.stdout
