@@ -104,6 +104,35 @@ def test_a_missing_exited_line_is_noted_and_not_counted() -> None:
     apply([], Expected(landlock=False), record, end)
     assert record["processes_killed_at_end"] is None
     assert any("did not report how the run ended" in n for n in record["notes"])
+    # no word from the launcher: no status, never a clean end
+    assert (end.outcome, end.exit_code) == ("failed", None)
+    assert any("the boundary process ended with status 0" in n for n in record["notes"])
+
+
+def test_the_launchers_status_is_the_commands_not_the_boundary_process() -> None:
+    """Review: from inside a bubblewrap jail the command wrote bubblewrap's
+    process-1 status channel, and the run was recorded `exited 0` while the
+    launcher had killed it (137)."""
+    record, end = {"id": "R1", "enforced_by": None, "notes": []}, _ended(0)
+    apply(["saphan-launcher: exited code=137 reaped=0"], Expected(landlock=False), record, end)
+    assert (end.outcome, end.exit_code) == ("failed", 137)
+    assert any("ended with status 0, but the launcher reported the command's status 137" in n
+               for n in record["notes"])
+    # agreeing: nothing to say
+    record, end = {"id": "R1", "enforced_by": None, "notes": []}, _ended(7)
+    apply(["saphan-launcher: exited code=7 reaped=0"], Expected(landlock=False), record, end)
+    assert (end.outcome, end.exit_code, record["notes"]) == ("failed", 7, [])
+
+
+def test_a_launcher_that_started_nothing_gives_no_status() -> None:
+    end = RunEnd()
+    end.exit_code = 129
+    record: dict[str, Any] = {"id": "R1", "enforced_by": None, "notes": []}
+    apply(["saphan-launcher: not started: the lifeline ended or said stop first"],
+          Expected(landlock=False), record, end)
+    assert end.exit_code is None and record["processes_killed_at_end"] == 0
+    assert any("started nothing" in n for n in record["notes"])
+    assert not any("did not report" in n for n in record["notes"])
 
 
 @pytest.mark.parametrize("cls", sorted(CLASSES))

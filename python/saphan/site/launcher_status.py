@@ -10,6 +10,12 @@ is ever parsed as control. The record never claims more than these lines:
     saphan-launcher: refused [CLASS] MESSAGE
     saphan-launcher: abandoned pids=[…]     (it could not end every process)
     saphan-launcher: exited code=N reaped=K
+    saphan-launcher: not started: WHY      (its lifeline ended or said stop first)
+
+The command's status is the launcher's ``exited`` line where there is one:
+the boundary process's own status can be forged from inside a bubblewrap
+jail (its process 1's status channel; review: measured), and a run the
+launcher did not report ending is never recorded ``exited``.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ CONFIRM = re.compile(r"^saphan-launcher: landlock abi=(\d+) enforced writable=\[
 REFUSED = re.compile(r"^saphan-launcher: refused \[([a-z-]+)\] (.*)$")
 EXITED = re.compile(r"^saphan-launcher: exited code=(-?\d+) reaped=(\d+)$")
 ABANDONED = re.compile(r"^saphan-launcher: abandoned pids=\[([0-9,]*)\]$")
+NOT_STARTED = re.compile(r"^saphan-launcher: not started: (.*)$")
 
 #: at most this much of a status file is read
 LIMIT = 1 << 16
@@ -81,10 +88,35 @@ def apply(lines: list[str], expected: Expected, record: dict[str, Any], end: Run
     exited = next((m for m in map(EXITED.match, lines) if m), None)
     if exited is not None:
         record["processes_killed_at_end"] = int(exited.group(2))
+        code = int(exited.group(1))
+        if end.exit_code is not None and code != end.exit_code:
+            record["notes"] = [*record.get("notes", []), (
+                f"the boundary process{on} ended with status {end.exit_code}, but the "
+                f"launcher reported the command's status {code}: the launcher's is recorded")]
+            outcome = end.outcome
+            end.exited(code)
+            if outcome not in ("exited", "failed"):
+                end.outcome = outcome
+    elif not_started(lines):
+        record["processes_killed_at_end"] = 0
+        record["notes"] = [*record.get("notes", []), (
+            f"the launcher{on} started nothing: its lifeline ended or said stop before the "
+            "command could start")]
+        end.exit_code = None
+        if end.outcome == "exited":
+            end.outcome = "failed"
     else:
         record["processes_killed_at_end"] = None
-        record["notes"] = [*record.get("notes", []), "the launcher did not report how the run "
-                           "ended; processes killed at the end are not counted"]
+        boundary = ("" if end.exit_code is None
+                    else f" (the boundary process{on} ended with status {end.exit_code})")
+        record["notes"] = [*record.get("notes", []), (
+            "the launcher did not report how the run ended; processes killed at the end are "
+            f"not counted, and the command's status is unknown{boundary}")]
+        # No word from the launcher: no status, and never a clean end (the
+        # boundary process's own status can be forged from inside).
+        end.exit_code = None
+        if end.outcome == "exited":
+            end.outcome = "failed"
     if not expected.landlock:
         _check_started(lines, expected, record, end)
         return
@@ -101,6 +133,11 @@ def apply(lines: list[str], expected: Expected, record: dict[str, Any], end: Run
     confirm = next(m for m in map(CONFIRM.match, lines) if m)
     record["enforced_by"]["confirmation"] = confirm.group(0)
     record["enforced_by"]["scopes"] = [s for s in (confirm.group(3) or "").split(",") if s]
+
+
+def not_started(lines: list[str]) -> bool:
+    """The launcher said it started nothing (its lifeline came first)."""
+    return any(NOT_STARTED.match(line) for line in lines)
 
 
 def exit_code(lines: list[str]) -> int | None:

@@ -364,14 +364,19 @@ class LocalSite:
                 pass_fds=boundary.fds, term_out=view.out if view else None,
                 term_err=view.err if view else None,
             )
-        except Interrupted:
+        except Interrupted as e:
             # Interrupted, the run still ended under its launcher: what the
             # launcher confirmed (or not) is recorded all the same.
             if boundary.status_fd is not None:
                 path = str(self.run_dir / "status.log")
                 record["output"] = {"status": path}
+                said = RunEnd()
+                said.exit_code = e.exit_code
                 with suppress(refusals.Refusal):
-                    self._apply_status(path, record, RunEnd())
+                    self._apply_status(path, record, said)
+                # what the launcher reported: the command's status, or none
+                # when it started nothing
+                e.exit_code = said.exit_code
             raise
         finally:
             if view is not None:

@@ -437,6 +437,54 @@ def test_daemon_does_not_outlive_the_run(lane: tuple[Saphan, list[str]], tmp_pat
     _tally(f"setsid daemon after the run ({'landlock' if extra else 'bubblewrap'})", True)
 
 
+FORGE = """
+import ctypes, os, struct, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+pfd = libc.syscall(434, 1, 0)  # pidfd_open(1): bubblewrap's process 1 in the jail
+got = None
+for n in range(3, 16):
+    fd = libc.syscall(438, pfd, n, 0)  # pidfd_getfd
+    if fd >= 0 and "eventfd" in os.readlink(f"/proc/self/fd/{fd}"):
+        got = fd
+        break
+if got is not None:
+    os.write(got, struct.pack("Q", 0 + 1))  # "the command exited 0"
+    print("wrote", flush=True)
+else:
+    print("no channel", os.strerror(ctypes.get_errno()), flush=True)
+time.sleep(3)
+open("late.txt", "w").write("late")
+sys.exit(7)
+"""
+
+
+def test_a_run_cannot_forge_its_status_through_the_boundary_process(
+        lane: tuple[Saphan, list[str]], tmp_path: Path) -> None:
+    """Review: under bubblewrap the command took its process 1's status
+    channel (pidfd_getfd) and said "exited 0": bubblewrap ended with status
+    0 and the run was recorded `exited 0` while the command ran on. The
+    launcher's word is the command's status, and the jail ends with its
+    boundary process (the lifeline)."""
+    s, extra = lane
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    (wd / "forge.py").write_text(FORGE)
+    r = s("run", "--machine", "here", "--slot", "s1", *extra, "--workdir", str(wd), "--",
+          "python3", "forge.py")
+    rec = s.ok("runs", "show", "last", "--json").json()
+    assert isinstance(rec, dict)
+    if "wrote" in r.out:  # it took the channel (bubblewrap's lane): nothing claimed from it
+        assert rec["outcome"] == "failed" and rec["exit_code"] is None, rec
+        assert any("the command's status is unknown" in n for n in rec["notes"]), rec["notes"]
+        time.sleep(4)
+        assert not (wd / "late.txt").exists(), "the command ran on after its record"
+    else:  # refused the channel (Landlock's ptrace rule): its own end, as it was
+        assert "no channel" in r.out, r.out
+        assert (rec["outcome"], rec["exit_code"]) == ("failed", 7), rec
+    _tally(f"a forged status through bubblewrap's process 1 ({'landlock' if extra else 'bubblewrap'})",
+           True)
+
+
 @pytest.fixture
 def outsider() -> Iterator[subprocess.Popen[bytes]]:
     p = subprocess.Popen(["sleep", "60"])
