@@ -268,7 +268,9 @@ def test_two_postgres_workers_share_a_batch_and_recover_a_killed_one(
     _fleet(s, {"a": 2, "b": 2})
     wd = tmp_path / "wd"
     wd.mkdir()
-    path = _batch_file(tmp_path / "b.jsonl", wd, 16, 1.0)
+    # 3 s: the kill lands mid-sleep even on a loaded machine (at 1 s it once
+    # landed between a task's end and its record: run again, it ran twice)
+    path = _batch_file(tmp_path / "b.jsonl", wd, 16, 3.0)
     witness = Witness(wd)
     first = _start(s, "run", str(path), "--json")
     batch_id = _batch_id(first)

@@ -486,6 +486,26 @@ pub fn nested_scope_ruleset(enforced: &Enforced) -> Result<Option<OwnedFd>, Land
     })
 }
 
+/// A signal-scope-only ruleset for the command `reap` supervises (no
+/// filesystem rule: `reap` confines nothing), when the live kernel scopes
+/// signals (ABI >= [`SCOPES_FROM`]); `None` below. In that domain the
+/// command can neither signal nor ptrace (every Landlock domain restricts
+/// ptrace to itself and below) a process outside it: not the supervisor
+/// (stopping or killing it would leave the run unreaped), not the jail's
+/// process 1 (whose status channel a `pidfd_getfd` could forge).
+pub fn signal_scope_ruleset() -> Result<Option<OwnedFd>, LandlockError> {
+    if AbiProbe::detect().level() < SCOPES_FROM {
+        return Ok(None);
+    }
+    let ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .scope(Scope::Signal)?;
+    let fd: Option<OwnedFd> = ruleset.create()?.into();
+    fd.map(Some).ok_or_else(|| {
+        LandlockError::Ruleset("the signal-scope ruleset has no descriptor".to_owned())
+    })
+}
+
 /// The one confirmation line the launcher prints after applying the domain:
 /// `saphan-launcher: landlock abi=N enforced writable=[a,b] scopes=[…]`.
 pub fn confirmation_line(enforced: &Enforced) -> String {
@@ -507,6 +527,12 @@ pub fn confirmation_line(enforced: &Enforced) -> String {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn a_signal_scope_ruleset_exactly_where_the_kernel_scopes() {
+        let got = signal_scope_ruleset().unwrap();
+        assert_eq!(got.is_some(), AbiProbe::detect().level() >= SCOPES_FROM);
+    }
     use std::os::unix::fs::MetadataExt;
     use std::process::Command;
 

@@ -483,10 +483,18 @@ pub fn prepare_supervised_child(
             return Err(io::Error::from_raw_os_error(libc::ESRCH));
         }
         if let Some(ruleset) = &nested_domain {
+            // landlock_restrict_self needs no_new_privs: under `exec` it is
+            // inherited from the supervisor (set when it restricted itself);
+            // under `reap` it is set here, for the command only.
+            // SAFETY: PR_SET_NO_NEW_PRIVS takes one integer and touches no
+            // memory.
+            let ret = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+            if ret != 0 {
+                return Err(io::Error::last_os_error());
+            }
             // SAFETY: landlock_restrict_self takes a ruleset descriptor (live:
             // owned by this closure) and a flags integer (0); it reads or
-            // writes no memory of ours. no_new_privs is inherited from the
-            // supervisor, which set it when it restricted itself.
+            // writes no memory of ours.
             let ret = unsafe {
                 libc::syscall(
                     libc::SYS_landlock_restrict_self,

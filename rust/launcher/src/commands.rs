@@ -453,6 +453,18 @@ pub fn launch(custody: Result<(), &Refusal>, launch: Launch, confine: bool) -> E
         None => (None, None),
     };
     let mut nested_domain = None;
+    if !confine {
+        // `reap` confines nothing, but its command must not stop, kill or
+        // trace the supervisor or the jail's process 1 (a run left unreaped,
+        // a forged exit status: review, measured): a signal scope of its
+        // own where the kernel has one.
+        match landlock::signal_scope_ruleset() {
+            Ok(domain) => nested_domain = domain,
+            Err(e) => status.line(&format!(
+                "saphan-launcher: reap: no signal scope for the command: {e}"
+            )),
+        }
+    }
     if confine {
         let policy = launch.policy.as_deref().unwrap_or_default();
         match prepare(policy, &launch.cmd, &mut status) {

@@ -405,15 +405,24 @@ fn the_command_cannot_signal_its_supervisor() {
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         assert!(stderr(&out).ends_with("saphan-launcher: exited code=0 reaped=0\n"));
     }
-    // Without a domain (reap) the same user's signal does reach it.
+    // Under reap too (a signal scope of its own, no filesystem rule): the
+    // command can neither stop nor kill its supervisor (review: it stopped
+    // it and the run was never reaped), and still writes anywhere.
     let out = run(&[
         "reap",
         "--",
         "/bin/sh",
         "-c",
-        "kill -0 $PPID && echo REACHED",
+        "if kill -0 $PPID 2>/dev/null; then echo REACHED; else echo BLOCKED; fi; \
+         kill -STOP $PPID 2>/dev/null; exit 0",
     ]);
-    assert_eq!(stdout(&out), "REACHED\n");
+    let scoped = probe["landlock_abi"].as_u64().unwrap() >= 6;
+    assert_eq!(
+        stdout(&out),
+        if scoped { "BLOCKED\n" } else { "REACHED\n" },
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// `--expect-sha256`: the launcher hashes the inode it runs from before it
