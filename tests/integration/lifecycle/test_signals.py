@@ -286,6 +286,12 @@ def test_a_signal_during_the_sandbox_set_up_leaves_nothing_running(
             while processes_with(token) and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert processes_with(token) == [], f"shot {i}: the run's processes outlived it"
+            if sig == signal.SIGTERM:
+                rec = here.ok("runs", "show", "last", "--json").json()
+                assert isinstance(rec, dict) and rec["outcome"] == "interrupted", rec
+                if any("started nothing" in n for n in rec["notes"]):
+                    # the launcher ran nothing: no status is claimed (review)
+                    assert rec["exit_code"] is None, rec
         finally:
             proc.kill()
             proc.wait()
