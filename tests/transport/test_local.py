@@ -396,3 +396,18 @@ def test_a_command_that_reads_the_terminal_gets_none(tmp_path: Path) -> None:
         os.close(master)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["none", "False"], p.stdout
+
+
+def test_a_child_reaped_by_someone_else_is_never_signalled_by_id(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An embedding program's child watcher reaped it: its pid may belong to
+    another process by now, so neither it nor its group is signalled."""
+    proc = subprocess.Popen(["true"])
+    os.waitpid(proc.pid, 0)  # someone else reaps it
+    sent: list[tuple[str, int]] = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: sent.append(("kill", pid)))
+    monkeypatch.setattr(os, "killpg", lambda pid, sig: sent.append(("killpg", pid)))
+    assert local._ended(proc)
+    local._signal(proc, signal.SIGTERM)
+    local._kill_group(proc)
+    assert sent == []

@@ -54,15 +54,24 @@ def _ended(proc: subprocess.Popen[bytes]) -> bool:
     except ChildProcessError:
         # Reaped by someone else (an embedding program's child watcher): it
         # has ended, and its id is no longer its own (never killed by id).
-        proc.returncode = proc.returncode if proc.returncode is not None else -1
+        setattr(proc, _REAPED_ELSEWHERE, True)
         return True
+
+
+#: set on a Popen whose child was reaped by someone else (_ended)
+_REAPED_ELSEWHERE = "_saphan_reaped_elsewhere"
+
+
+def _own(proc: subprocess.Popen[bytes]) -> bool:
+    """The child's pid is still its own: not reaped, here or elsewhere."""
+    return proc.returncode is None and not getattr(proc, _REAPED_ELSEWHERE, False)
 
 
 def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
     """``sig`` to the child, never reaping it (Popen.send_signal polls, and
     would reap it): nothing here reaps the child but the final ``wait``, so
     its pid and its group's id stay its own while it is signalled."""
-    if proc.returncode is None:
+    if _own(proc):
         with suppress(ProcessLookupError):
             os.kill(proc.pid, sig)
 
@@ -70,7 +79,7 @@ def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL what is left in the child's process group; only while the
     child is unreaped (:func:`_ended`), so the id is still its."""
-    if proc.returncode is None:
+    if _own(proc):
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
 
