@@ -6,6 +6,7 @@ is "not found", never silently another launcher.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -361,3 +362,30 @@ def test_the_command_never_holds_the_lifeline(tmp_path: Path) -> None:
         proc.communicate(timeout=20)
     assert proc.returncode == 137
     _status(sr)
+
+
+def test_a_command_that_starves_the_launcher_of_descriptors_gets_no_clean_end(
+        tmp_path: Path) -> None:
+    """Review: the command (same user) lowered the launcher's open-file limit,
+    so it could not read /proc to find what was left; it reported a clean
+    end (`reaped=0`, nothing abandoned) while a process ran on. It now says
+    what it cannot know."""
+    require(LAUNCHER.is_file(), f"the built launcher at {LAUNCHER} (ci/setup builds it)")
+    import sys as _sys
+
+    starve = ("import sys, resource; resource.prlimit(int(sys.argv[1]), resource.RLIMIT_NOFILE, "
+              "(3, 3))")
+    # $PPID: the shell's parent, the launcher
+    script = (f"{_sys.executable} -c '{starve}' $PPID; sleep 300 >/dev/null 2>&1 & echo $! > left; exit 0")
+    sr, sw = os.pipe()
+    proc = subprocess.run([str(LAUNCHER), "reap", "--status-fd", str(sw), "--", "/bin/sh", "-c",
+                           script], stdin=subprocess.DEVNULL, capture_output=True,
+                          pass_fds=(sw,), cwd=tmp_path, timeout=60)
+    os.close(sw)
+    left = int((tmp_path / "left").read_text())
+    try:
+        status = _status(sr)
+        assert "saphan-launcher: abandoned pids=[unknown]" in status, (status, proc.stderr)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(left, 9)

@@ -198,3 +198,14 @@ def test_two_self_digest_lines_are_not_believed() -> None:
              CONFIRM, EXITED]
     apply(lines, EXPECTED, record, end)
     assert record["enforced_by"] is None and "more than one self-digest" in record["not_enforced"]["why"]
+
+
+def test_processes_that_could_not_be_listed_make_the_run_fail() -> None:
+    """The launcher could not read /proc (review: the command lowered its
+    open-file limit with prlimit) and so could not end what was left."""
+    record, end = {"id": "R1", "enforced_by": None, "notes": []}, _ended(0)
+    apply(["saphan-launcher: abandoned pids=[unknown]", "saphan-launcher: exited code=0 reaped=0"],
+          Expected(landlock=False), record, end)
+    assert (end.outcome, end.exit_code) == ("failed", 0)
+    assert record["processes_left_running"] == "unknown"
+    assert any("could not list the processes the run left" in n for n in record["notes"])

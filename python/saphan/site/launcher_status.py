@@ -8,7 +8,8 @@ is ever parsed as control. The record never claims more than these lines:
     saphan-launcher: self sha256=HEX                       (--expect-sha256)
     saphan-launcher: landlock abi=N enforced writable=[…] scopes=[…]
     saphan-launcher: refused [CLASS] MESSAGE
-    saphan-launcher: abandoned pids=[…]     (it could not end every process)
+    saphan-launcher: abandoned pids=[…]     (it could not end every process;
+                                            [unknown]: it could not list them)
     saphan-launcher: exited code=N reaped=K
     saphan-launcher: not started: WHY      (its lifeline ended or said stop first)
 
@@ -32,7 +33,7 @@ CONFIRM = re.compile(r"^saphan-launcher: landlock abi=(\d+) enforced writable=\[
                      r"(?: scopes=\[(.*?)\])?$")
 REFUSED = re.compile(r"^saphan-launcher: refused \[([a-z-]+)\] (.*)$")
 EXITED = re.compile(r"^saphan-launcher: exited code=(-?\d+) reaped=(\d+)$")
-ABANDONED = re.compile(r"^saphan-launcher: abandoned pids=\[([0-9,]*)\]$")
+ABANDONED = re.compile(r"^saphan-launcher: abandoned pids=\[([0-9,]*|unknown)\]$")
 NOT_STARTED = re.compile(r"^saphan-launcher: not started: (.*)$")
 
 #: at most this much of a status file is read
@@ -76,23 +77,16 @@ def apply(lines: list[str], expected: Expected, record: dict[str, Any], end: Run
             record["notes"] = [*record.get("notes", []), f"the launcher refused: {line}"]
             end.outcome = "failed"
             return
-    left = next((m for m in map(ABANDONED.match, lines) if m), None)
-    if left is not None:
-        pids = [int(p) for p in left.group(1).split(",") if p]
-        record["processes_left_running"] = pids
-        record["notes"] = [*record.get("notes", []), (
-            f"the launcher{on} could not end every process of the run: pids {pids} were "
-            "still there when it gave up; this run did not end cleanly")]
-        if end.outcome == "exited":
-            end.outcome = "failed"
     exited = next((m for m in map(EXITED.match, lines) if m), None)
     if exited is not None:
         record["processes_killed_at_end"] = int(exited.group(2))
         code = int(exited.group(1))
-        if end.exit_code is not None and code != end.exit_code:
-            record["notes"] = [*record.get("notes", []), (
-                f"the boundary process{on} ended with status {end.exit_code}, but the "
-                f"launcher reported the command's status {code}: the launcher's is recorded")]
+        if code != end.exit_code:
+            if end.exit_code is not None:
+                record["notes"] = [*record.get("notes", []), (
+                    f"the boundary process{on} ended with status {end.exit_code}, but the "
+                    f"launcher reported the command's status {code}: the launcher's is "
+                    "recorded")]
             outcome = end.outcome
             end.exited(code)
             if outcome not in ("exited", "failed"):
@@ -115,6 +109,23 @@ def apply(lines: list[str], expected: Expected, record: dict[str, Any], end: Run
         # No word from the launcher: no status, and never a clean end (the
         # boundary process's own status can be forged from inside).
         end.exit_code = None
+        if end.outcome == "exited":
+            end.outcome = "failed"
+    left = next((m for m in map(ABANDONED.match, lines) if m), None)
+    if left is not None and left.group(1) == "unknown":
+        record["processes_left_running"] = "unknown"
+        record["notes"] = [*record.get("notes", []), (
+            f"the launcher{on} could not list the processes the run left (its /proc could "
+            "not be read: the run may have lowered its open-file limit), so it could not end "
+            "them; this run did not end cleanly")]
+        if end.outcome == "exited":
+            end.outcome = "failed"
+    elif left is not None:
+        pids = [int(p) for p in left.group(1).split(",") if p]
+        record["processes_left_running"] = pids
+        record["notes"] = [*record.get("notes", []), (
+            f"the launcher{on} could not end every process of the run: pids {pids} were "
+            "still there when it gave up; this run did not end cleanly")]
         if end.outcome == "exited":
             end.outcome = "failed"
     if not expected.landlock:

@@ -395,7 +395,7 @@ class LocalSite:
                 self.measure, out_dir=str(self.out_dir), workdir=os.path.realpath(wd),
                 repository=(self.repo.toplevel if self.repo is not None
                             else os.path.realpath(wd)), run_dir=str(self.run_dir),
-                exit_code=finished.exit_code, made=made)
+                exit_code=end.exit_code, made=made)
 
     def _collect(self, finished: Finished, record: dict[str, Any], end: RunEnd,
                  limit: float | None) -> None:
@@ -404,7 +404,8 @@ class LocalSite:
         if finished.status_path is not None:
             record["output"]["status"] = finished.status_path
             self._apply_status(finished.status_path, record, end)
-        facts = adapter.after_exit(finished.stdout_path, finished.exit_code)
+        # the command's status as the launcher reported it (_apply_status)
+        facts = adapter.after_exit(finished.stdout_path, end.exit_code)
         notes = facts.pop("notes", [])
         record.update(facts)
         if notes:

@@ -510,7 +510,13 @@ class SshSite:
                 # ended, or its row stays live (review: a far run outlived its
                 # record and its seat was handed out again).
                 self._end_far_tree(record)
-            self._collect_status(record, end, required=False)
+            # What the far launcher reported is the command's status (or
+            # none, when it started nothing or said nothing), never the SSH
+            # channel's: as for a local run (site/local.py)
+            said = RunEnd()
+            said.exit_code = e.exit_code
+            self._collect_status(record, said, required=False)
+            e.exit_code = said.exit_code
             raise
         finally:
             if view is not None:
@@ -524,14 +530,14 @@ class SshSite:
             record["measure"] = collect.far(
                 self.measure, far.conn, out_dir=posixpath.join(rwd, ".saphan-run", run_id),
                 workdir=rwd, repository=rwd, run_dir=str(run_dir),
-                exit_code=finished.exit_code)
+                exit_code=end.exit_code)
         if adapter is not None:
-            self._collect_agent(record, end, finished.stdout_path, finished.exit_code,
+            self._collect_agent(record, end, finished.stdout_path, end.exit_code,
                                 killed_at=limit if finished.killed_at_limit else None)
         far_side.forget_run(far.conn, self.root, run_id)
 
     def _collect_agent(self, record: dict[str, Any], end: RunEnd, stdout_path: str,
-                       exit_code: int, *, killed_at: float | None) -> None:
+                       exit_code: int | None, *, killed_at: float | None) -> None:
         """What the agent's output says (read here, from the streamed log),
         and for Claude Code its transcript, digested on the runner."""
         from saphan.site import far as far_side

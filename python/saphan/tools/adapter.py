@@ -144,9 +144,10 @@ class Adapter(ABC):
     def after_run(self, stdout_path: str) -> dict[str, Any]:
         return {}
 
-    def after_exit(self, stdout_path: str, exit_code: int) -> dict[str, Any]:
+    def after_exit(self, stdout_path: str, exit_code: int | None) -> dict[str, Any]:
         """:meth:`after_run`, knowing the tool's exit status (negative, or
-        128 + N from the engine's launcher, when a signal ended it)."""
+        128 + N from the engine's launcher, when a signal ended it; None
+        when the launcher did not report it)."""
         return self.after_run(stdout_path)
 
     def outcome(self, facts: dict[str, Any]) -> str | None:

@@ -784,7 +784,7 @@ class ClaudeAdapter(Adapter):
                 out["claude_result"]["not_json_lines"] = strays
         return out
 
-    def after_exit(self, stdout_path: str, exit_code: int) -> dict[str, Any]:
+    def after_exit(self, stdout_path: str, exit_code: int | None) -> dict[str, Any]:
         """:meth:`after_run`, held against how Claude Code ended, and the
         digest of the session's transcript (``--resume`` compares it)."""
         out = self.after_run(stdout_path)
@@ -792,7 +792,10 @@ class ClaudeAdapter(Adapter):
         if result is not None:
             result["exit_code"] = exit_code
             why = None
-            if _by_signal(exit_code):
+            if exit_code is None:
+                why = ("how Claude Code ended is unknown (its launcher did not report it), so "
+                       "the `result` event in its output is not taken as its own account")
+            elif _by_signal(exit_code):
                 # Claude Code prints its result event as it ends; a command of
                 # the run can write one to its output and kill it (measured).
                 why = (f"Claude Code was ended by a signal ({_status_text(exit_code)}), so the "

@@ -318,6 +318,9 @@ impl Status {
 /// The line that says the launcher could not end every process of the run
 /// (`None` when it did): the engine must not record a clean end.
 pub fn abandoned_line(outcome: &Outcome) -> Option<String> {
+    if outcome.unlisted {
+        return Some("saphan-launcher: abandoned pids=[unknown]".to_owned());
+    }
     if outcome.abandoned.is_empty() {
         return None;
     }
@@ -522,6 +525,7 @@ pub fn launch(custody: Result<(), &Refusal>, launch: Launch, confine: bool) -> E
                 code: i32::from(EXIT_EXEC_FAILED),
                 reaped: 0,
                 abandoned: Vec::new(),
+                unlisted: false,
             }
         }
         Err(e) => return status.refuse(&start_refusal(&e)),
@@ -846,16 +850,29 @@ mod tests {
             code: 0,
             reaped: 1,
             abandoned: Vec::new(),
+            unlisted: false,
         };
         assert_eq!(abandoned_line(&clean), None);
         let left = Outcome {
             code: 0,
             reaped: 1,
             abandoned: vec![41, 42],
+            unlisted: false,
         };
         assert_eq!(
             abandoned_line(&left).as_deref(),
             Some("saphan-launcher: abandoned pids=[41,42]")
+        );
+        // what was left could not be listed: never a clean end
+        let unknown = Outcome {
+            code: 0,
+            reaped: 0,
+            abandoned: Vec::new(),
+            unlisted: true,
+        };
+        assert_eq!(
+            abandoned_line(&unknown).as_deref(),
+            Some("saphan-launcher: abandoned pids=[unknown]")
         );
         assert_eq!(
             exited_line(&left),

@@ -48,6 +48,9 @@ use saphan_core::process::{self, ChildEnd, SignalSet};
 /// The signals passed on to the command.
 pub const FORWARDED: [i32; 3] = [process::SIGTERM, process::SIGINT, process::SIGHUP];
 
+/// `ESRCH` (no such process): a /proc entry whose process ended meanwhile.
+const ESRCH: i32 = 3;
+
 /// How long the launcher keeps killing after the command exited.
 const KILL_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -63,6 +66,10 @@ pub struct Outcome {
     pub reaped: usize,
     /// Processes still there when the launcher gave up (empty: none).
     pub abandoned: Vec<i32>,
+    /// The processes left could not be listed when it gave up (`/proc`
+    /// unreadable: the command may have lowered the launcher's open-file
+    /// limit, which the same user can): what was left is unknown.
+    pub unlisted: bool,
 }
 
 /// The launcher, ready to supervise: subreaper set, signals blocked.
@@ -123,11 +130,12 @@ impl Supervisor {
         // The child is reaped with waitpid(-1) below, never through `child`.
         drop(child);
         let end = self.wait_for(pid);
-        let (reaped, abandoned) = self.kill_the_rest();
+        let (reaped, abandoned, unlisted) = self.kill_the_rest();
         Ok(Outcome {
             code: end.code(),
             reaped,
             abandoned,
+            unlisted,
         })
     }
 
@@ -166,15 +174,17 @@ impl Supervisor {
         }
     }
 
-    /// Kills every process left behind; returns how many were killed, and
-    /// the pids still there if it had to give up.
+    /// Kills every process left behind; returns how many were killed, the
+    /// pids still there if it had to give up, and whether it could not list
+    /// them then (nothing is claimed clean that was not seen gone: only
+    /// `waitpid`'s ECHILD says no child is left, without `/proc`).
     ///
     /// Every child is sent SIGKILL, zombies included: a process whose main
     /// thread exited shows as `Z` while its other threads run on (waitpid
     /// cannot reap it), and SIGKILL to it ends the whole thread group (a
     /// true zombie ignores it). Skipping `Z` let such a process outlive its
     /// run (measured).
-    fn kill_the_rest(&self) -> (usize, Vec<i32>) {
+    fn kill_the_rest(&self) -> (usize, Vec<i32>, bool) {
         let deadline = Instant::now() + KILL_DEADLINE;
         let mut killed: HashSet<i32> = HashSet::new();
         loop {
@@ -183,19 +193,25 @@ impl Supervisor {
                     Ok(Some(_)) => continue,
                     Ok(None) => break,
                     // ECHILD: nothing is left.
-                    Err(_) => return (killed.len(), Vec::new()),
+                    Err(_) => return (killed.len(), Vec::new(), false),
                 }
             }
-            let children = children();
+            let listed = children();
             if Instant::now() >= deadline {
                 eprintln!(
-                    "saphan-launcher: gave up after {}s; still running: {:?}",
+                    "saphan-launcher: gave up after {}s; still running: {}",
                     KILL_DEADLINE.as_secs(),
-                    children
+                    listed
+                        .as_ref()
+                        .map_or("(cannot be listed)".to_owned(), |c| format!("{c:?}"))
                 );
-                return (killed.len(), children);
+                return (
+                    killed.len(),
+                    listed.clone().unwrap_or_default(),
+                    listed.is_none(),
+                );
             }
-            for pid in children {
+            for pid in listed.unwrap_or_default() {
                 let running = !is_zombie(pid) || has_other_threads(pid);
                 if process::send_signal(pid, process::SIGKILL).is_ok() && running {
                     killed.insert(pid);
@@ -209,41 +225,58 @@ impl Supervisor {
 }
 
 /// This process's direct children: `/proc/self/task/*/children`, or a scan
-/// of `/proc/*/stat` for our pid as parent where that file is not built in.
-fn children() -> Vec<i32> {
+/// of `/proc/*/stat` for our pid as parent where that file is not built in;
+/// `None` when neither can be read.
+fn children() -> Option<Vec<i32>> {
     let mut found: Vec<i32> = Vec::new();
-    let mut listed = false;
-    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
-        for task in tasks.flatten() {
-            if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-                listed = true;
-                found.extend(
-                    text.split_whitespace()
-                        .filter_map(|p| p.parse::<i32>().ok()),
-                );
+    let mut built_in = true;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let task = task.ok()?;
+        match std::fs::read_to_string(task.path().join("children")) {
+            Ok(text) => found.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            ),
+            // A thread that ended meanwhile: its directory is gone.
+            Err(_) if !task.path().exists() => {}
+            // The file is not built into this kernel: scan /proc instead.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                built_in = false;
+                break;
             }
+            // Anything else (EMFILE: the open-file limit was lowered) is
+            // not "no children": the list is unknown.
+            Err(_) => return None,
         }
     }
-    if !listed {
+    if !built_in {
+        found.clear();
         let me = i32::try_from(std::process::id()).unwrap_or(-1);
-        if let Ok(procs) = std::fs::read_dir("/proc") {
-            for entry in procs.flatten() {
-                let Some(pid) = entry
-                    .file_name()
-                    .to_str()
-                    .and_then(|n| n.parse::<i32>().ok())
-                else {
-                    continue;
-                };
-                if stat_fields(pid).is_some_and(|(_, ppid)| ppid == me) {
-                    found.push(pid);
+        for entry in std::fs::read_dir("/proc").ok()? {
+            let entry = entry.ok()?;
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                Ok(text) => {
+                    if parse_stat(&text).is_some_and(|(_, ppid)| ppid == me) {
+                        found.push(pid);
+                    }
                 }
+                // It ended meanwhile.
+                Err(e)
+                    if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(ESRCH) => {}
+                Err(_) => return None,
             }
         }
     }
     found.sort_unstable();
     found.dedup();
-    found
+    Some(found)
 }
 
 /// `(state, ppid)` from `/proc/PID/stat` (the fields after the command
@@ -291,7 +324,7 @@ mod tests {
     fn our_own_children_are_listed() {
         let mut child = Command::new("/bin/sleep").arg("5").spawn().unwrap();
         let pid = i32::try_from(child.id()).unwrap();
-        let listed = children();
+        let listed = children().expect("/proc is readable here");
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(listed.contains(&pid), "{pid} not in {listed:?}");
